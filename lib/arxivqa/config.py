@@ -1,0 +1,46 @@
+"""Paths and settings, all overridable from the environment.
+
+| setting            | env var               | default                         |
+|--------------------|-----------------------|---------------------------------|
+| data directory     | ``ARXIVQA_DATA_DIR``  | ``<repo>/../shared/data``       |
+| index directory    | ``ARXIVQA_INDEX_DIR`` | ``<repo>/data/index``           |
+| results directory  | ``ARXIVQA_RESULTS_DIR`` | ``<repo>/results``            |
+| model directory    | ``ARXIVQA_MODELS_DIR``| ``<repo>/data/models``          |
+
+Relative values are taken relative to the current working directory, like any path a user types.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+CORPUS_FILE = "arxiv_ai_papers.jsonl.gz"
+QUERIES_FILE = "queries_train.jsonl"
+
+
+def _path(var: str, default: Path) -> Path:
+    value = os.environ.get(var)
+    return Path(value).expanduser().resolve() if value else default.resolve()
+
+
+def data_dir() -> Path:
+    """Where the corpus and query files live (``ARXIVQA_DATA_DIR``)."""
+    return _path("ARXIVQA_DATA_DIR", REPO_ROOT.parent / "shared" / "data")
+
+
+def index_dir() -> Path:
+    """Root under which indexes are built (``ARXIVQA_INDEX_DIR``); git-ignored by default."""
+    return _path("ARXIVQA_INDEX_DIR", REPO_ROOT / "data" / "index")
+
+
+def results_dir() -> Path:
+    """Where notebooks and benchmarks write tables and figures (``ARXIVQA_RESULTS_DIR``)."""
+    return _path("ARXIVQA_RESULTS_DIR", REPO_ROOT / "results")
+
+
+def models_dir() -> Path:
+    """Where derived local models (e.g. the distilled static embedder) are kept (``ARXIVQA_MODELS_DIR``)."""
+    return _path("ARXIVQA_MODELS_DIR", REPO_ROOT / "data" / "models")

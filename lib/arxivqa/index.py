@@ -1,0 +1,519 @@
+"""Keyword (BM25) and semantic (embedding) indexes over title + abstract, plus a document store.
+
+One index lives in one folder (``<ARXIVQA_INDEX_DIR>/<name>``)::
+
+    docs.sqlite      every indexed paper, by arXiv ID (read_page, titles, dates)
+    bm25s/           keyword index, engine "bm25s" (default: fast)
+    whoosh/          keyword index, engine "whoosh" (BM25F; kept as a setting, slower, see README)
+    chroma/          chromadb persistent collection(s) of abstract embeddings, one per embedder
+
+Builds are idempotent and resumable: the document store and the chroma collection add only the
+papers they lack, in committed batches; the whoosh index commits in batches too; the bm25s index is
+rebuilt whole (≈1–2 min on the full corpus) into a temporary folder that replaces the old one
+atomically, and is skipped when it already covers the document store.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import config
+from .corpus import Paper
+from .embed import Embedder, get_embedder
+
+KEYWORD_ENGINES = ("bm25s", "whoosh")
+DEFAULT_KEYWORD_ENGINE = "bm25s"
+TITLE_BOOST = 2  # title counted this many times (bm25s) / field boost (whoosh): a BM25F stand-in
+MAX_QUERY_TERMS = 16  # longest keyword query kept, by idf (rarest terms first)
+
+
+# --------------------------------------------------------------------------- text
+
+
+_WORD_RE = re.compile(r"(?u)\b\w\w+\b")
+
+
+@dataclass(frozen=True)
+class Hit:
+    arxiv_id: str
+    score: float
+
+
+def date_int(d: dt.date | str) -> int:
+    """2025-03-01 -> 20250301 (what the indexes store for the ``min_date`` filter)."""
+    if isinstance(d, str):
+        d = dt.date.fromisoformat(d)
+    return d.year * 10000 + d.month * 100 + d.day
+
+
+class Analyzer:
+    """Lower-case words of >=2 chars, English stop words removed, Snowball-stemmed (PyStemmer)."""
+
+    def __init__(self) -> None:
+        import Stemmer
+        from bm25s.stopwords import STOPWORDS_EN
+
+        self._stemmer = Stemmer.Stemmer("english")
+        self.stopwords = frozenset(STOPWORDS_EN)
+        self._lock = threading.Lock()  # PyStemmer objects are not thread-safe
+
+    def stem(self, words: list[str]) -> list[str]:
+        with self._lock:
+            return self._stemmer.stemWords(words)
+
+    def terms(self, text: str) -> list[str]:
+        words = [w for w in _WORD_RE.findall(text.lower()) if w not in self.stopwords]
+        return self.stem(words)
+
+
+def snippets(text: str, query_terms: set[str], analyzer: Analyzer, max_snippets: int = 2, width: int = 400) -> list[str]:
+    """Up to ``max_snippets`` non-overlapping windows of ~``width`` chars around query-term matches,
+    best (most distinct matching terms) first, matches marked ``**like this**``."""
+    spans = [(m.start(), m.end(), m.group().lower()) for m in _WORD_RE.finditer(text)]
+    if not spans:
+        return []
+    stems = analyzer.stem([w for _, _, w in spans])
+    hits = [(s, e, st) for (s, e, _), st in zip(spans, stems) if st in query_terms]
+    if not hits:
+        return [text[:width].rstrip() + ("…" if len(text) > width else "")]
+    half = width // 2
+    windows = []
+    for s, e, _ in hits:
+        lo = max(0, min(s - half, len(text) - width))
+        windows.append((lo, min(len(text), lo + width)))
+    scored = []
+    for lo, hi in windows:
+        inside = {st for s, e, st in hits if s >= lo and e <= hi}
+        scored.append((-len(inside), lo, hi))
+    scored.sort()
+    chosen: list[tuple[int, int]] = []
+    for _, lo, hi in scored:
+        if all(hi <= a or lo >= b for a, b in chosen):
+            chosen.append((lo, hi))
+        if len(chosen) == max_snippets:
+            break
+    out = []
+    for lo, hi in sorted(chosen):
+        # widen to word boundaries, then mark the matches
+        while lo > 0 and text[lo - 1].isalnum():
+            lo -= 1
+        while hi < len(text) and text[hi].isalnum():
+            hi += 1
+        piece, cursor = [], lo
+        for s, e, _ in hits:
+            if s >= lo and e <= hi:
+                piece.append(text[cursor:s])
+                piece.append(f"**{text[s:e]}**")
+                cursor = e
+        piece.append(text[cursor:hi])
+        out.append(("…" if lo > 0 else "") + "".join(piece).strip() + ("…" if hi < len(text) else ""))
+    return out
+
+
+# --------------------------------------------------------------------------- document store
+
+
+class DocStore:
+    """Papers by arXiv ID in SQLite (atomic batch inserts, safe for concurrent readers)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, check_same_thread=False)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS papers (arxiv_id TEXT PRIMARY KEY, published INTEGER, json TEXT)"
+            )
+            self._conn.commit()
+
+    def add(self, papers: Iterable[Paper], batch: int = 5000) -> int:
+        """Insert the papers not already stored; returns how many were new."""
+        added, buf = 0, []
+        for p in papers:
+            buf.append((p.arxiv_id, date_int(p.published), p.model_dump_json()))
+            if len(buf) >= batch:
+                added += self._insert(buf)
+                buf = []
+        if buf:
+            added += self._insert(buf)
+        return added
+
+    def _insert(self, rows) -> int:
+        with self._lock:
+            cur = self._conn.executemany("INSERT OR IGNORE INTO papers VALUES (?, ?, ?)", rows)
+            self._conn.commit()
+            return cur.rowcount
+
+    def get(self, arxiv_id: str) -> Paper | None:
+        with self._lock:
+            row = self._conn.execute("SELECT json FROM papers WHERE arxiv_id = ?", (arxiv_id,)).fetchone()
+        return Paper.model_validate_json(row[0]) if row else None
+
+    def get_many(self, ids: Sequence[str]) -> dict[str, Paper]:
+        out: dict[str, Paper] = {}
+        ids = list(dict.fromkeys(ids))
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            q = f"SELECT arxiv_id, json FROM papers WHERE arxiv_id IN ({','.join('?' * len(chunk))})"
+            with self._lock:
+                rows = self._conn.execute(q, chunk).fetchall()
+            out.update({pid: Paper.model_validate_json(js) for pid, js in rows})
+        return out
+
+    def ids(self) -> list[str]:
+        with self._lock:
+            return [r[0] for r in self._conn.execute("SELECT arxiv_id FROM papers ORDER BY arxiv_id")]
+
+    def iter_papers(self, batch: int = 5000):
+        with self._lock:
+            rows = self._conn.execute("SELECT json FROM papers ORDER BY arxiv_id").fetchall()
+        for (js,) in rows:
+            yield Paper.model_validate_json(js)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._conn.execute("SELECT COUNT(*) FROM papers").fetchone()[0]
+
+    def __contains__(self, arxiv_id: object) -> bool:
+        with self._lock:
+            return self._conn.execute("SELECT 1 FROM papers WHERE arxiv_id = ?", (arxiv_id,)).fetchone() is not None
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+# --------------------------------------------------------------------------- keyword engines
+
+
+class KeywordEngine:
+    name: str
+
+    def search(self, terms: list[str], k: int, min_date: int | None = None) -> list[Hit]:
+        raise NotImplementedError  # interface; the engines below implement it
+
+    def covers(self, n_docs: int) -> bool:
+        raise NotImplementedError  # interface
+
+
+class Bm25sEngine(KeywordEngine):
+    """bm25s (sparse BM25 in numpy): title counted ``TITLE_BOOST`` times, OR of the query terms."""
+
+    name = "bm25s"
+
+    def __init__(self, folder: Path) -> None:
+        import bm25s
+
+        self.folder = Path(folder)
+        self.retriever = bm25s.BM25.load(str(self.folder))
+        meta = json.loads((self.folder / "arxivqa_meta.json").read_text())
+        self.ids: list[str] = meta["ids"]
+        self.dates = np.load(self.folder / "arxivqa_dates.npy")
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def build(folder: Path, papers: Iterable[Paper], analyzer: Analyzer) -> None:
+        import bm25s
+
+        folder = Path(folder)
+        ids, dates, corpus_tokens = [], [], []
+        for p in tqdm(papers, desc="bm25s: tokenise", unit="doc"):
+            ids.append(p.arxiv_id)
+            dates.append(date_int(p.published))
+            corpus_tokens.append(analyzer.terms((p.title + "\n") * TITLE_BOOST + p.abstract))
+        retriever = bm25s.BM25()
+        retriever.index(corpus_tokens, show_progress=False)
+        tmp = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        retriever.save(str(tmp))
+        (tmp / "arxivqa_meta.json").write_text(json.dumps({"ids": ids}))
+        np.save(tmp / "arxivqa_dates.npy", np.asarray(dates, dtype=np.int32))
+        old = folder.with_name(folder.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if folder.exists():
+            folder.rename(old)
+        tmp.rename(folder)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def covers(self, n_docs: int) -> bool:
+        return len(self.ids) == n_docs
+
+    def search(self, terms: list[str], k: int, min_date: int | None = None) -> list[Hit]:
+        vocab = self.retriever.vocab_dict
+        terms = [t for t in terms if t in vocab]
+        if not terms or not self.ids:
+            return []
+        mask = None
+        if min_date is not None:
+            mask = (self.dates >= min_date).astype(np.float32)
+            if not mask.any():
+                return []
+        k = min(k, len(self.ids))
+        with self._lock:
+            docs, scores = self.retriever.retrieve([terms], k=k, show_progress=False, weight_mask=mask, n_threads=1)
+        return [Hit(self.ids[int(d)], float(s)) for d, s in zip(docs[0], scores[0]) if s > 0]
+
+
+class WhooshEngine(KeywordEngine):
+    """whoosh BM25F over title (boosted) and abstract; query shaping: the query's rarest
+    ``max_terms`` terms, AND first, OR when AND finds fewer than ``k``. One reused searcher."""
+
+    name = "whoosh"
+
+    def __init__(self, folder: Path, max_terms: int = 8, and_first: bool = True) -> None:
+        from whoosh import index as windex
+
+        self.ix = windex.open_dir(str(folder))
+        self.max_terms = max_terms
+        self.and_first = and_first
+        self._searcher = self.ix.searcher()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def schema():
+        from whoosh.analysis import StandardAnalyzer
+        from whoosh.fields import ID, NUMERIC, TEXT, Schema
+
+        # Terms are pre-analysed by arxivqa's Analyzer (the same stems as bm25s); whoosh only splits.
+        plain = StandardAnalyzer(stoplist=None, minsize=1)
+        return Schema(
+            arxiv_id=ID(stored=True, unique=True),
+            title=TEXT(analyzer=plain, field_boost=float(TITLE_BOOST)),
+            abstract=TEXT(analyzer=plain),
+            published=NUMERIC(int, bits=32, stored=False),
+        )
+
+    @staticmethod
+    def build(folder: Path, papers: Iterable[Paper], analyzer: Analyzer, batch: int = 20_000) -> int:
+        from whoosh import index as windex
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        ix = windex.open_dir(str(folder)) if windex.exists_in(str(folder)) else windex.create_in(str(folder), WhooshEngine.schema())
+        with ix.searcher() as s:
+            have = {fields["arxiv_id"] for fields in s.all_stored_fields()}
+        todo = [p for p in papers if p.arxiv_id not in have]
+        for i in tqdm(range(0, len(todo), batch), desc="whoosh: index", unit="batch"):
+            w = ix.writer(limitmb=256)
+            for p in todo[i : i + batch]:
+                w.add_document(
+                    arxiv_id=p.arxiv_id,
+                    title=" ".join(analyzer.terms(p.title)),
+                    abstract=" ".join(analyzer.terms(p.abstract)),
+                    published=date_int(p.published),
+                )
+            w.commit()  # each batch is a committed, readable state
+        return len(todo)
+
+    def covers(self, n_docs: int) -> bool:
+        return self.ix.doc_count() == n_docs
+
+    def _run(self, q, k, filt):
+        return [Hit(r["arxiv_id"], float(r.score)) for r in self._searcher.search(q, limit=k, filter=filt)]
+
+    def search(self, terms: list[str], k: int, min_date: int | None = None) -> list[Hit]:
+        from whoosh import query as wq
+
+        with self._lock:
+            self._searcher = self._searcher.refresh()
+            reader = self._searcher.reader()
+            known = []
+            for t in dict.fromkeys(terms):
+                df = reader.doc_frequency("title", t) + reader.doc_frequency("abstract", t)
+                if df:
+                    known.append((df, t))
+            if not known:
+                return []
+            known.sort()
+            kept = [t for _, t in known[: self.max_terms]]
+            per_term = [wq.Or([wq.Term("title", t), wq.Term("abstract", t)]) for t in kept]
+            filt = wq.NumericRange("published", min_date, None) if min_date is not None else None
+            hits: list[Hit] = []
+            if self.and_first and len(per_term) > 1:
+                hits = self._run(wq.And(per_term), k, filt)
+            if len(hits) < k:
+                seen = {h.arxiv_id for h in hits}
+                hits += [h for h in self._run(wq.Or(per_term), k, filt) if h.arxiv_id not in seen][: k - len(hits)]
+            return hits
+
+
+# --------------------------------------------------------------------------- semantic index
+
+
+class SemanticIndex:
+    """A chromadb persistent collection of abstract embeddings (cosine), one per embedder.
+    Embeddings are always computed here and passed explicitly: chromadb's own default embedding
+    function would download a model at first use."""
+
+    def __init__(self, folder: Path, embedder: Embedder) -> None:
+        import chromadb
+        from chromadb.config import Settings
+
+        self.embedder = embedder
+        self.client = chromadb.PersistentClient(path=str(folder), settings=Settings(anonymized_telemetry=False))
+        self.collection = self.client.get_or_create_collection(
+            name=f"abstracts-{embedder.name}",
+            metadata={"hnsw:space": "cosine", "embedder": embedder.name},
+            embedding_function=None,
+        )
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self.collection.count()
+
+    def add(self, papers: Sequence[Paper], batch: int = 1024) -> int:
+        have = set(self.collection.get(include=[])["ids"]) if len(self) else set()
+        todo = [p for p in papers if p.arxiv_id not in have]
+        step = min(batch, self.client.get_max_batch_size())
+        for i in tqdm(range(0, len(todo), step), desc=f"embed ({self.embedder.name})", unit="batch"):
+            chunk = todo[i : i + step]
+            emb = self.embedder.encode([p.text for p in chunk])
+            self.collection.add(
+                ids=[p.arxiv_id for p in chunk],
+                embeddings=emb,
+                metadatas=[{"published": date_int(p.published)} for p in chunk],
+            )
+        return len(todo)
+
+    def search_vector(self, vector: np.ndarray, k: int, min_date: int | None = None) -> list[Hit]:
+        n = len(self)
+        if n == 0:
+            return []
+        where = {"published": {"$gte": min_date}} if min_date is not None else None
+        with self._lock:
+            res = self.collection.query(
+                query_embeddings=vector[None, :], n_results=min(k, n), where=where, include=["distances"]
+            )
+        return [Hit(pid, 1.0 - float(d)) for pid, d in zip(res["ids"][0], res["distances"][0])]
+
+    def search(self, text: str, k: int, min_date: int | None = None) -> list[Hit]:
+        return self.search_vector(self.embedder.encode([text])[0], k, min_date)
+
+
+# --------------------------------------------------------------------------- the index
+
+
+@dataclass
+class BuildReport:
+    docs_added: int = 0
+    keyword_seconds: dict[str, float] = field(default_factory=dict)
+    keyword_built: dict[str, bool] = field(default_factory=dict)
+    embed_added: int = 0
+    embed_seconds: float = 0.0
+    docs: int = 0
+
+
+class SearchIndex:
+    """Document store + keyword engine + semantic index in one folder; what the tools search."""
+
+    def __init__(self, folder: str | Path | None = None, name: str = "demo", keyword_engine: str = DEFAULT_KEYWORD_ENGINE,
+                 embedder: str | Embedder | None = None) -> None:
+        if keyword_engine not in KEYWORD_ENGINES:
+            raise ValueError(f"unknown keyword engine {keyword_engine!r}; choose one of {KEYWORD_ENGINES}")
+        self.folder = Path(folder) if folder else config.index_dir() / name
+        self.keyword_engine_name = keyword_engine
+        self._embedder_arg = embedder
+        self.analyzer = Analyzer()
+        self.docs = DocStore(self.folder / "docs.sqlite")
+
+    @cached_property
+    def embedder(self) -> Embedder:
+        e = self._embedder_arg
+        return e if isinstance(e, Embedder) else get_embedder(e)
+
+    @cached_property
+    def keyword(self) -> KeywordEngine:
+        path = self.folder / self.keyword_engine_name
+        if not path.exists():
+            raise FileNotFoundError(f"no {self.keyword_engine_name} index in {self.folder}; build it first (SearchIndex.build)")
+        return Bm25sEngine(path) if self.keyword_engine_name == "bm25s" else WhooshEngine(path)
+
+    @cached_property
+    def semantic(self) -> SemanticIndex:
+        return SemanticIndex(self.folder / "chroma", self.embedder)
+
+    # -- build --------------------------------------------------------------------------
+
+    def build(self, papers: Iterable[Paper], keyword_engines: Sequence[str] | None = None, semantic: bool = True) -> BuildReport:
+        """Add ``papers`` to every part of the index; re-running adds only what is missing."""
+        report = BuildReport()
+        report.docs_added = self.docs.add(tqdm(papers, desc="documents", unit="doc"))
+        report.docs = len(self.docs)
+        for engine in keyword_engines or [self.keyword_engine_name]:
+            if engine not in KEYWORD_ENGINES:
+                raise ValueError(f"unknown keyword engine {engine!r}; choose one of {KEYWORD_ENGINES}")
+            t0 = time.perf_counter()
+            path = self.folder / engine
+            if engine == "bm25s":
+                current = path.exists() and Bm25sEngine(path).covers(report.docs)
+                if not current:
+                    Bm25sEngine.build(path, self.docs.iter_papers(), self.analyzer)
+                report.keyword_built[engine] = not current
+            else:
+                report.keyword_built[engine] = WhooshEngine.build(path, self.docs.iter_papers(), self.analyzer) > 0
+            report.keyword_seconds[engine] = time.perf_counter() - t0
+            if engine == self.keyword_engine_name:
+                self.__dict__.pop("keyword", None)  # reopen on next use
+        if semantic:
+            t0 = time.perf_counter()
+            report.embed_added = self.semantic.add(list(self.docs.iter_papers()))
+            report.embed_seconds = time.perf_counter() - t0
+        return report
+
+    def exists(self) -> bool:
+        return len(self.docs) > 0 and (self.folder / self.keyword_engine_name).exists()
+
+    # -- search -------------------------------------------------------------------------
+
+    def keyword_search(self, query: str, k: int = 10, min_date: int | None = None) -> tuple[list[Hit], set[str]]:
+        """Returns the hits and the query's stems (for snippets)."""
+        terms = list(dict.fromkeys(self.analyzer.terms(query)))
+        if len(terms) > MAX_QUERY_TERMS:  # keep the rarest terms of very long queries
+            terms = self._rarest(terms, MAX_QUERY_TERMS)
+        return self.keyword.search(terms, k, min_date), set(terms)
+
+    def _rarest(self, terms: list[str], n: int) -> list[str]:
+        engine = self.keyword
+        if isinstance(engine, Bm25sEngine):
+            vocab = engine.retriever.vocab_dict
+            matrix = engine.retriever.scores
+            indptr = matrix["indptr"]
+            df = {t: (indptr[vocab[t] + 1] - indptr[vocab[t]]) if t in vocab else 0 for t in terms}
+            return sorted((t for t in terms if df[t] > 0), key=lambda t: df[t])[:n] or terms[:n]
+        return terms[:n]
+
+    def semantic_search(self, query: str, k: int = 10, min_date: int | None = None) -> list[Hit]:
+        return self.semantic.search(query, k, min_date)
+
+
+_OPEN: dict[tuple, SearchIndex] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def open_index(name: str = "demo", folder: str | Path | None = None, keyword_engine: str = DEFAULT_KEYWORD_ENGINE,
+               embedder: str | None = None) -> SearchIndex:
+    """A process-wide shared, opened index (environments created per rollout share it)."""
+    key = (str(folder or config.index_dir() / name), keyword_engine, embedder)
+    with _OPEN_LOCK:
+        if key not in _OPEN:
+            idx = SearchIndex(folder, name=name, keyword_engine=keyword_engine, embedder=embedder)
+            if not idx.exists():
+                raise FileNotFoundError(
+                    f"no index at {idx.folder}; build it first: python -m arxivqa.index build --name {name}"
+                )
+            _OPEN[key] = idx
+        return _OPEN[key]

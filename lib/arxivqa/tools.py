@@ -1,0 +1,352 @@
+"""The agent's tool environment: keyword_search, semantic_search, read_page, finish.
+
+``ArxivEnv`` is written for TRL's ``GRPOTrainer(environment_factory=ArxivEnv)``: one instance per
+rollout, ``reset(**row)`` starts an episode, and every public method is a tool whose JSON schema TRL
+reads from the type hints and the Google-style docstring. Everything else is private (``_``).
+
+Per episode:
+- **ID obfuscation.** The agent never sees arXiv IDs, only opaque IDs (``P-1a2b3c4d``) derived from a
+  per-episode random salt: stable within the episode, different across episodes. ``read_page`` and
+  ``finish`` accept only IDs this episode has shown; the environment maps them back for scoring.
+- **Recording.** Every call, its arguments, its text result and the real arXiv IDs it returned are
+  kept on ``env.episode`` (rewards need all tool results, not only the submission).
+- **Errors are messages.** Bad input (unknown or malformed ID, >10 IDs, empty or huge query, wrong
+  argument types, unknown tool) returns a clear ``Error: ...`` text to the agent; nothing raises
+  out of the episode.
+- **Parallel calls.** ``env._run_parallel(calls)`` runs one turn's batch of calls concurrently and
+  returns the results in call order (the agent loop uses it; TRL calls the methods itself).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import hmac
+import json
+import secrets
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, validate_call
+
+from .index import Hit, SearchIndex, date_int, open_index, snippets
+
+MAX_QUERY_CHARS = 1000
+MAX_RESULTS_CAP = 50
+MAX_SUBMIT = 10
+PAGE_CHARS = 2000
+ABSTRACT_CHARS = 600  # semantic_search shows this much abstract per hit; read_page shows all
+MAX_SNIPPETS = 2
+SNIPPET_CHARS = 400
+TOOL_NAMES = ("keyword_search", "semantic_search", "read_page", "finish")
+
+
+class ToolCallRecord(BaseModel):
+    index: int
+    turn: int | None = None
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    result: str
+    error: bool = False
+    result_ids: list[str] = Field(default_factory=list, description="real arXiv IDs shown in the result")
+    seconds: float = 0.0
+
+
+class Episode(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    row: dict[str, Any] = Field(default_factory=dict)
+    calls: list[ToolCallRecord] = Field(default_factory=list)
+    submitted: list[str] | None = None  # real arXiv IDs, in the order given; None until finish succeeds
+    submitted_opaque: list[str] | None = None
+    id_map: dict[str, str] = Field(default_factory=dict, description="opaque ID -> arXiv ID")
+
+    @property
+    def finished(self) -> bool:
+        return self.submitted is not None
+
+    def seen_ids(self) -> set[str]:
+        """Every real arXiv ID that any tool result of the episode showed."""
+        return {pid for c in self.calls for pid in c.result_ids}
+
+
+class ToolError(ValueError):
+    """A problem with the agent's call, reported back to it as a message."""
+
+
+def _tool(fn):
+    """Validate the arguments of a tool call and turn every problem into an ``Error:`` message."""
+    validated = validate_call(fn)
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        ids: list[str] = []
+        try:
+            text, ids = validated(self, *args, **kwargs)
+            error = False
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
+            )
+            text, error = f"Error: invalid arguments for {fn.__name__}: {problems}", True
+        except ToolError as exc:
+            text, error = f"Error: {exc}", True
+        except Exception as exc:  # noqa: BLE001 - an environment bug must not kill the rollout
+            text, error = f"Error: {fn.__name__} failed: {type(exc).__name__}: {exc}", True
+        self._record(fn.__name__, args, kwargs, text, error, ids, time.perf_counter() - t0)
+        return text
+
+    return wrapper
+
+
+class ArxivEnv:
+    """Tools over one search index, one episode at a time (see module docstring)."""
+
+    def __init__(self, index: SearchIndex | None = None, index_name: str = "demo", seed: int | None = None) -> None:
+        self._index = index
+        self._index_name = index_name
+        self._rng_seed = seed
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._turn: int | None = None
+        self._episode_no = 0
+        self.reset()
+
+    # -- episode -----------------------------------------------------------------------
+
+    def reset(self, **row) -> str | None:
+        """Start a new episode (TRL passes the dataset row's columns)."""
+        self._episode_no += 1
+        if self._rng_seed is None:
+            salt = secrets.token_bytes(16)
+        else:
+            salt = hashlib.sha256(f"{self._rng_seed}:{self._episode_no}".encode()).digest()
+        self._salt = salt
+        self.episode = Episode(row=row)
+        return None
+
+    @property
+    def index(self) -> SearchIndex:
+        if self._index is None:
+            self._index = open_index(self._index_name)
+        return self._index
+
+    def _opaque(self, arxiv_id: str) -> str:
+        digest = hmac.new(self._salt, arxiv_id.encode(), hashlib.sha256).hexdigest()
+        for width in range(8, len(digest) + 1, 2):
+            oid = f"P-{digest[:width]}"
+            with self._lock:
+                owner = self.episode.id_map.setdefault(oid, arxiv_id)
+            if owner == arxiv_id:
+                return oid
+        raise RuntimeError("opaque ID space exhausted")  # unreachable in practice
+
+    def _resolve(self, opaque_id: str) -> str:
+        oid = opaque_id.strip()
+        real = self.episode.id_map.get(oid)
+        if real is None:
+            if not oid.startswith("P-"):
+                raise ToolError(f"'{opaque_id}' is not a paper ID of this session; use the IDs (like P-1a2b3c4d) that search results show")
+            raise ToolError(f"unknown paper ID '{opaque_id}'; use an ID from a search result of this session")
+        return real
+
+    def _record(self, name, args, kwargs, text, error, ids, seconds) -> None:
+        arguments = dict(kwargs)
+        if args:
+            arguments["_positional"] = list(args)
+        rec = ToolCallRecord(index=-1, turn=self._turn, name=name, arguments=arguments, result=text, error=error,
+                             result_ids=list(ids), seconds=seconds)
+        local = getattr(_THREAD, "records", None)
+        if local is not None:
+            local.append(rec)
+            return
+        with self._lock:
+            rec.index = len(self.episode.calls)
+            self.episode.calls.append(rec)
+
+    # -- shared checks -----------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self.episode.finished:
+            raise ToolError("finish has already been called; the episode is over")
+
+    @staticmethod
+    def _check_query(query: str) -> str:
+        q = " ".join(query.split())
+        if not q:
+            raise ToolError("the query is empty; give a few descriptive words")
+        if len(q) > MAX_QUERY_CHARS:
+            raise ToolError(f"the query is {len(q)} characters long; the limit is {MAX_QUERY_CHARS}")
+        return q
+
+    @staticmethod
+    def _check_k(max_results: int) -> int:
+        if not 1 <= max_results <= MAX_RESULTS_CAP:
+            raise ToolError(f"max_results must be between 1 and {MAX_RESULTS_CAP}, got {max_results}")
+        return max_results
+
+    @staticmethod
+    def _check_date(min_date: str | None) -> int | None:
+        if min_date is None or not str(min_date).strip():
+            return None
+        try:
+            return date_int(dt.date.fromisoformat(str(min_date).strip()))
+        except ValueError:
+            raise ToolError(f"min_date must be a date like 2025-01-31, got '{min_date}'") from None
+
+    def _format_hits(self, kind: str, query: str, hits: list[Hit], body) -> tuple[str, list[str]]:
+        if not hits:
+            return f"No papers found for {json.dumps(query)} ({kind} search).", []
+        papers = self.index.docs.get_many([h.arxiv_id for h in hits])
+        lines = [f"{len(hits)} papers for {json.dumps(query)} ({kind} search):"]
+        ids = []
+        for rank, h in enumerate(hits, 1):
+            p = papers.get(h.arxiv_id)
+            if p is None:  # in an engine but not in the store: an inconsistent index, skip the hit
+                continue
+            ids.append(p.arxiv_id)
+            lines.append(f"[{rank}] id: {self._opaque(p.arxiv_id)} | published: {p.published.isoformat()} | title: {p.title}")
+            lines.extend("    " + piece for piece in body(p))
+        return "\n".join(lines), ids
+
+    # -- tools (public methods: TRL exposes each one to the model) ----------------------
+
+    @_tool
+    def keyword_search(self, query: str, max_results: int = 10, min_date: str | None = None) -> str:
+        """Search arXiv papers by keywords (BM25 over titles and abstracts); returns paper IDs, dates, titles and matching snippets.
+
+        Args:
+            query: Keywords to look for, e.g. "sparse attention long context".
+            max_results: How many papers to return (1-50).
+            min_date: Only papers published on or after this date, as YYYY-MM-DD.
+        """
+        self._check_open()
+        q, k, since = self._check_query(query), self._check_k(max_results), self._check_date(min_date)
+        hits, terms = self.index.keyword_search(q, k, since)
+        analyzer = self.index.analyzer
+        return self._format_hits(
+            "keyword", q, hits,
+            lambda p: [f"snippet: {s}" for s in snippets(p.text.replace("\n", ". "), terms, analyzer, MAX_SNIPPETS, SNIPPET_CHARS)],
+        )
+
+    @_tool
+    def semantic_search(self, query: str, max_results: int = 10, min_date: str | None = None) -> str:
+        """Search arXiv papers by meaning (embedding similarity of abstracts); returns paper IDs, dates, titles and abstracts.
+
+        Args:
+            query: A description of the papers wanted, in natural language.
+            max_results: How many papers to return (1-50).
+            min_date: Only papers published on or after this date, as YYYY-MM-DD.
+        """
+        self._check_open()
+        q, k, since = self._check_query(query), self._check_k(max_results), self._check_date(min_date)
+        hits = self.index.semantic_search(q, k, since)
+
+        def body(p):
+            a = p.abstract
+            return ["abstract: " + (a if len(a) <= ABSTRACT_CHARS else a[:ABSTRACT_CHARS].rsplit(" ", 1)[0] + " …")]
+
+        return self._format_hits("semantic", q, hits, body)
+
+    @_tool
+    def read_page(self, paper_id: str, page: int = 1) -> str:
+        """Read a paper's text (title, authors, date, categories, abstract, comment), one page of about 2,000 characters at a time.
+
+        Args:
+            paper_id: A paper ID from a search result of this session, e.g. "P-1a2b3c4d".
+            page: Page number, starting at 1.
+        """
+        self._check_open()
+        real = self._resolve(paper_id)
+        paper = self.index.docs.get(real)
+        if paper is None:
+            raise ToolError(f"paper '{paper_id}' has no text in the index")
+        text = paper.page_text()
+        pages = [text[i : i + PAGE_CHARS] for i in range(0, len(text), PAGE_CHARS)] or [""]
+        if not 1 <= page <= len(pages):
+            raise ToolError(f"page must be between 1 and {len(pages)} for paper '{paper_id}', got {page}")
+        header = f"Paper {paper_id.strip()} — page {page} of {len(pages)}\n"
+        return header + pages[page - 1], [real]
+
+    @_tool
+    def finish(self, paper_ids: list[str]) -> str:
+        """Submit the final answer: the IDs of the most relevant papers, best first (at most 10). Ends the episode.
+
+        Args:
+            paper_ids: Paper IDs from search results of this session, e.g. ["P-1a2b3c4d", "P-5e6f7a8b"].
+        """
+        self._check_open()
+        ids = list(dict.fromkeys(i.strip() for i in paper_ids))
+        if len(ids) > MAX_SUBMIT:
+            raise ToolError(f"at most {MAX_SUBMIT} paper IDs can be submitted, got {len(ids)}")
+        unknown = [i for i in ids if i not in self.episode.id_map]
+        if unknown:
+            raise ToolError(f"unknown paper IDs {unknown}; submit only IDs shown by search results of this session")
+        real = [self.episode.id_map[i] for i in ids]
+        with self._lock:
+            self.episode.submitted, self.episode.submitted_opaque = real, ids
+        return f"Submitted {len(ids)} papers. The episode is over.", []
+
+    # -- dispatch (the agent loop's entry points) --------------------------------------
+
+    def _call(self, name: str, arguments: Any) -> str:
+        """Run one tool call given by name and a JSON-object of arguments (a dict or a JSON string)."""
+        if name not in TOOL_NAMES:
+            text = f"Error: unknown tool '{name}'; available tools: {', '.join(TOOL_NAMES)}"
+            self._record(str(name), (), {"_raw": arguments}, text, True, [], 0.0)
+            return text
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as exc:
+                text = f"Error: arguments for {name} are not valid JSON ({exc.msg}); send a JSON object"
+                self._record(name, (), {"_raw": arguments}, text, True, [], 0.0)
+                return text
+        if not isinstance(arguments, dict):
+            text = f"Error: arguments for {name} must be a JSON object, got {type(arguments).__name__}"
+            self._record(name, (), {"_raw": arguments}, text, True, [], 0.0)
+            return text
+        return getattr(self, name)(**arguments)
+
+    def _run_parallel(self, calls: list[tuple[str, Any]], turn: int | None = None) -> list[str]:
+        """Run one turn's tool calls concurrently; results (and records) keep the call order.
+        ``finish`` in a batch runs after the other calls of that batch."""
+        self._turn = turn
+        if len(calls) <= 1:
+            return [self._call(n, a) for n, a in calls]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="arxivqa-tools")
+        searches = [i for i, (n, _) in enumerate(calls) if n != "finish"]
+        # Run the searches concurrently; each worker collects its records, merged in call order.
+        results: dict[int, str] = {}
+        records: dict[int, list[ToolCallRecord]] = {}
+        futures = {i: self._pool.submit(self._isolated_call, *calls[i]) for i in searches}
+        for i, fut in futures.items():
+            results[i], records[i] = fut.result()
+        for i in sorted(records):
+            for rec in records[i]:
+                rec.index = len(self.episode.calls)
+                self.episode.calls.append(rec)
+        for i, (n, a) in enumerate(calls):
+            if i not in results:
+                results[i] = self._call(n, a)
+        return [results[i] for i in range(len(calls))]
+
+    def _isolated_call(self, name: str, arguments: Any) -> tuple[str, list[ToolCallRecord]]:
+        _THREAD.records = []
+        try:
+            return self._call(name, arguments), _THREAD.records
+        finally:
+            _THREAD.records = None
+
+    def _close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+
+_THREAD = threading.local()  # a worker of _run_parallel collects its records here
