@@ -58,7 +58,7 @@ class SentenceTransformerEmbedder(Embedder):
         if max_seq_length:
             self.model.max_seq_length = max_seq_length
         self.name = name
-        self.dim = self.model.get_sentence_embedding_dimension()
+        self.dim = self.model.get_embedding_dimension()
         self.batch_size = batch_size
         self._lock = threading.Lock()
 

@@ -453,7 +453,7 @@ class SearchIndex:
         report = BuildReport()
         report.docs_added = self.docs.add(tqdm(papers, desc="documents", unit="doc"))
         report.docs = len(self.docs)
-        for engine in keyword_engines or [self.keyword_engine_name]:
+        for engine in keyword_engines if keyword_engines is not None else [self.keyword_engine_name]:
             if engine not in KEYWORD_ENGINES:
                 raise ValueError(f"unknown keyword engine {engine!r}; choose one of {KEYWORD_ENGINES}")
             t0 = time.perf_counter()

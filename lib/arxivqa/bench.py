@@ -1,0 +1,229 @@
+"""Benchmarks that write to ``results/`` (never timed asserts in tests).
+
+``python -m arxivqa.bench search`` measures, on the full corpus by default:
+
+- index build time and throughput: document store, bm25s, whoosh, embeddings (default embedder);
+- latency p50/p95 over the train queries of each keyword engine (whoosh: AND-first query shaping on
+  every query, plain OR top-50 on a sample, since it takes seconds a query) and of the tools
+  ``keyword_search`` / ``semantic_search`` as the agent sees them (snippets, formatting included);
+- one-shot recall@10/@50 of each keyword engine and of dense retrieval on the full index;
+- the embedding options side by side on one quality sub-corpus (every gold paper + a seeded sample):
+  throughput (docs/s) and dense recall@10/@50, exact cosine search.
+
+Writes ``results/bench_search.json`` and ``results/bench_search.md``. The index it builds (from
+scratch: it deletes ``<index dir>/<name>`` first) is the full index the notebooks use with
+``ARXIVQA_SCALE=full``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import config
+from .corpus import Query, gold_ids, iter_papers, load_queries, select
+from .embed import get_embedder
+from .evaluate import recall_at_k, scorable
+from .files import atomic_write_json, atomic_write_text
+from .index import Bm25sEngine, SearchIndex, WhooshEngine
+from .tools import ArxivEnv
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs) * 1000.0, q)) if xs else float("nan")
+
+
+def _latency(fn, queries: list[Query]) -> dict:
+    times, outs = [], []
+    for q in queries:
+        t0 = time.perf_counter()
+        outs.append(fn(q))
+        times.append(time.perf_counter() - t0)
+    return {"n": len(queries), "p50_ms": _pct(times, 50), "p95_ms": _pct(times, 95),
+            "mean_ms": 1000 * statistics.fmean(times) if times else float("nan")}, outs
+
+
+def _recall(rankings: list[list[str]], queries: list[Query]) -> dict:
+    rows = [(r, q) for r, q in zip(rankings, queries) if q.gold_in_corpus]
+    return {f"recall@{k}": float(np.mean([recall_at_k(r, q.gold_in_corpus, k) for r, q in rows])) if rows else None
+            for k in (10, 50)} | {"n_scored": len(rows)}
+
+
+def _machine() -> dict:
+    cpu = ""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    import bm25s
+    import chromadb
+    import torch
+    import whoosh
+
+    return {"cpus": os.cpu_count(), "cpu_model": cpu, "python": platform.python_version(),
+            "torch_threads": torch.get_num_threads(), "bm25s": bm25s.__version__, "whoosh": whoosh.versionstring(),
+            "chromadb": chromadb.__version__}
+
+
+def bench_search(corpus: str | None = None, queries_file: str | None = None, name: str = "full",
+                 engines: tuple[str, ...] = ("bm25s", "whoosh"), embedder: str | None = None,
+                 compare_embedders: tuple[str, ...] = ("static", "minilm-128", "minilm"), quality_docs: int = 5000,
+                 whoosh_or_sample: int = 20, out_dir: Path | None = None) -> dict:
+    out_dir = Path(out_dir) if out_dir else config.results_dir()
+    report: dict = {"machine": _machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "index_name": name}
+    queries = load_queries(queries_file)
+    t0 = time.perf_counter()
+    papers = list(iter_papers(corpus))
+    report["corpus"] = {"papers": len(papers), "load_seconds": time.perf_counter() - t0}
+    print(f"corpus: {len(papers)} papers in {report['corpus']['load_seconds']:.1f}s", flush=True)
+
+    folder = config.index_dir() / name
+    shutil.rmtree(folder, ignore_errors=True)
+    index = SearchIndex(folder, keyword_engine=engines[0], embedder=embedder)
+    t0 = time.perf_counter()
+    index.build(papers, keyword_engines=[], semantic=False)
+    report["docstore_seconds"] = time.perf_counter() - t0
+
+    # ---- keyword engines
+    report["keyword"] = {}
+    for engine in engines:
+        t0 = time.perf_counter()
+        index.build([], keyword_engines=[engine], semantic=False)
+        build_s = time.perf_counter() - t0
+        eng = Bm25sEngine(folder / "bm25s") if engine == "bm25s" else WhooshEngine(folder / "whoosh")
+
+        def run(q, eng=eng, k=10):
+            return [h.arxiv_id for h in eng.search(_terms(index, q.query), k)]
+
+        lat10, _ = _latency(run, queries)
+        lat50, rank50 = _latency(lambda q: run(q, k=50), queries)
+        entry = {"build_seconds": build_s, "docs_per_second": len(papers) / build_s,
+                 "latency_top10": lat10, "latency_top50": lat50, **_recall(rank50, queries)}
+        if engine == "whoosh" and whoosh_or_sample:
+            plain = WhooshEngine(folder / "whoosh", max_terms=10_000, and_first=False)
+            sample = queries[:whoosh_or_sample]
+            entry["plain_or_top50_sample"], _ = _latency(lambda q: [h.arxiv_id for h in plain.search(_terms(index, q.query), 50)], sample)
+            entry["shaping"] = "rarest 8 terms, AND first, OR when AND finds < k"
+        report["keyword"][engine] = entry
+        print(f"keyword {engine}: {entry}", flush=True)
+
+    # ---- semantic index (default embedder) on the full corpus
+    t0 = time.perf_counter()
+    emb = index.embedder
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    index.build([], keyword_engines=[], semantic=True)
+    build_s = time.perf_counter() - t0
+    lat10, _ = _latency(lambda q: [h.arxiv_id for h in index.semantic_search(q.query, 10)], queries)
+    lat50, rank50 = _latency(lambda q: [h.arxiv_id for h in index.semantic_search(q.query, 50)], queries)
+    report["semantic"] = {"embedder": emb.name, "dim": emb.dim, "model_load_seconds": load_s,
+                          "build_seconds": build_s, "docs_per_second": len(papers) / build_s,
+                          "latency_top10": lat10, "latency_top50": lat50, **_recall(rank50, queries)}
+    print(f"semantic: {report['semantic']}", flush=True)
+
+    # ---- the tools as the agent sees them (default engine, max_results=10)
+    env = ArxivEnv(index, seed=0)
+    report["tools"] = {
+        "keyword_search": _latency(lambda q: env.keyword_search(q.query), queries)[0],
+        "semantic_search": _latency(lambda q: env.semantic_search(q.query), queries)[0],
+        "engine": engines[0],
+    }
+    print(f"tools: {report['tools']}", flush=True)
+
+    # ---- embedding options side by side on one quality sub-corpus
+    sub = select(papers, n=quality_docs, include_ids=gold_ids(queries), seed=0)
+    sub_ids = [p.arxiv_id for p in sub]
+    sq = scorable(queries)
+    report["embedders"] = {"quality_corpus": {"papers": len(sub), "gold_papers": len(gold_ids(queries)), "seed": 0},
+                           "options": {}}
+    for name_ in compare_embedders:
+        e = get_embedder(name_)
+        texts = [p.text for p in sub]
+        e.encode(texts[:32])  # warm-up
+        t0 = time.perf_counter()
+        doc_vecs = np.concatenate([e.encode(texts[i : i + 256]) for i in range(0, len(texts), 256)])
+        secs = time.perf_counter() - t0
+        qv = e.encode([q.query for q in sq])
+        top = np.argsort(-(qv @ doc_vecs.T), axis=1)[:, :50]
+        ranks = [[sub_ids[j] for j in row] for row in top]
+        dps = len(sub) / secs
+        report["embedders"]["options"][name_] = {
+            "dim": e.dim, "docs_per_second": dps, "full_corpus_minutes_estimate": len(papers) / dps / 60,
+            **_recall(ranks, sq)}
+        print(f"embedder {name_}: {report['embedders']['options'][name_]}", flush=True)
+
+    report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    atomic_write_json(out_dir / "bench_search.json", report)
+    atomic_write_text(out_dir / "bench_search.md", render_markdown(report))
+    return report
+
+
+def _terms(index: SearchIndex, text: str) -> list[str]:
+    return list(dict.fromkeys(index.analyzer.terms(text)))
+
+
+def render_markdown(r: dict) -> str:
+    m = r["machine"]
+    lines = [f"# Search benchmark ({r['corpus']['papers']:,} papers, {r['started']})", "",
+             f"Machine: {m['cpus']} CPUs ({m['cpu_model']}), Python {m['python']}; bm25s {m['bm25s']}, "
+             f"whoosh {m['whoosh']}, chromadb {m['chromadb']}.", "",
+             f"Corpus load {r['corpus']['load_seconds']:.1f} s; document store {r['docstore_seconds']:.1f} s.", "",
+             "| part | build (s) | docs/s | p50 top-10 (ms) | p95 top-10 (ms) | p50 top-50 (ms) | p95 top-50 (ms) | recall@10 | recall@50 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def row(label, e):
+        return (f"| {label} | {e['build_seconds']:.0f} | {e['docs_per_second']:.0f} | {e['latency_top10']['p50_ms']:.1f} | "
+                f"{e['latency_top10']['p95_ms']:.1f} | {e['latency_top50']['p50_ms']:.1f} | {e['latency_top50']['p95_ms']:.1f} | "
+                f"{e['recall@10']:.3f} | {e['recall@50']:.3f} |")
+
+    for eng, e in r["keyword"].items():
+        lines.append(row(f"keyword: {eng}", e))
+    s = r["semantic"]
+    lines.append(row(f"semantic: {s['embedder']} ({s['dim']}-d) + chromadb", s))
+    for eng, e in r["keyword"].items():
+        if "plain_or_top50_sample" in e:
+            p = e["plain_or_top50_sample"]
+            lines += ["", f"whoosh with plain OR of all query terms, top-50 ({p['n']} queries): p50 {p['p50_ms']:.0f} ms, "
+                          f"p95 {p['p95_ms']:.0f} ms (the table's whoosh rows use {e['shaping']})."]
+    t = r["tools"]
+    lines += ["", f"Tools as the agent sees them (engine {t['engine']}, max_results=10, snippets and formatting included): "
+                  f"keyword_search p50 {t['keyword_search']['p50_ms']:.1f} ms / p95 {t['keyword_search']['p95_ms']:.1f} ms; "
+                  f"semantic_search p50 {t['semantic_search']['p50_ms']:.1f} ms / p95 {t['semantic_search']['p95_ms']:.1f} ms.",
+              "", f"Embedding options on one quality sub-corpus ({r['embedders']['quality_corpus']['papers']:,} papers: "
+                  "every gold paper + a seeded sample; exact cosine search):", "",
+              "| embedder | dim | docs/s | full corpus (min, est.) | recall@10 | recall@50 |", "|---|---|---|---|---|---|"]
+    for n, e in r["embedders"]["options"].items():
+        lines.append(f"| {n} | {e['dim']} | {e['docs_per_second']:.0f} | {e['full_corpus_minutes_estimate']:.0f} | "
+                     f"{e['recall@10']:.3f} | {e['recall@50']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m arxivqa.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("search", help="index build + search latency + embedding options")
+    s.add_argument("--corpus", help="JSONL(.gz) corpus (default: the configured data directory)")
+    s.add_argument("--queries", help="query file (default: queries_train.jsonl)")
+    s.add_argument("--name", default="full", help="index name under ARXIVQA_INDEX_DIR (rebuilt from scratch)")
+    s.add_argument("--engines", default="bm25s,whoosh")
+    s.add_argument("--embedder", default=None, help="embedder of the full index (default: static)")
+    s.add_argument("--compare", default="static,minilm-128,minilm", help="embedders compared on the quality sub-corpus")
+    s.add_argument("--quality-docs", type=int, default=5000)
+    s.add_argument("--whoosh-or-sample", type=int, default=20)
+    s.add_argument("--out", default=None, help="results folder (default: ARXIVQA_RESULTS_DIR)")
+    a = ap.parse_args(argv)
+    bench_search(a.corpus, a.queries, a.name, tuple(x for x in a.engines.split(",") if x), a.embedder,
+                 tuple(x for x in a.compare.split(",") if x), a.quality_docs, a.whoosh_or_sample,
+                 Path(a.out) if a.out else None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Shared fixtures: a small hand-written corpus and an index built from it (bm25s, whoosh, static embeddings)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from arxivqa.corpus import Paper
+
+TOPICS = [
+    ("Graph neural networks for molecule property prediction", "We apply message passing graph neural networks to predict molecular properties such as solubility and toxicity from molecular graphs."),
+    ("Sparse attention for long-context transformers", "We propose a sparse attention pattern that lets transformers process documents of one million tokens with linear memory."),
+    ("Reinforcement learning from human feedback for chat models", "Reward models trained on human preference comparisons guide proximal policy optimisation of large language model assistants."),
+    ("Group relative policy optimization for mathematical reasoning", "GRPO removes the value network and normalises rewards within a group of sampled answers to improve math reasoning."),
+    ("Retrieval-augmented generation with dense passage retrieval", "A dual-encoder retriever fetches passages that a generator conditions on, improving open-domain question answering."),
+    ("Diffusion models for high-resolution image synthesis", "Latent diffusion models denoise in a compressed latent space, producing high-resolution images at a fraction of the compute."),
+    ("Speech recognition with self-supervised audio encoders", "Self-supervised pre-training on unlabelled audio yields encoders that transcribe speech with few labelled hours."),
+    ("Robotic grasping with vision-language-action models", "A vision-language-action model maps camera images and instructions to robot arm actions for grasping novel objects."),
+    ("Federated learning under client data heterogeneity", "We study federated averaging when clients hold non-identically distributed data and propose a drift correction."),
+    ("Mixture-of-experts language models at scale", "Sparse mixture-of-experts layers route each token to a few experts, scaling parameters without scaling compute."),
+    ("Tool-using agents that call search APIs", "Language model agents learn to call keyword and semantic search tools over many turns to answer research questions."),
+    ("Rubrics as rewards for open-ended tasks", "An LLM judge scores responses against a rubric of criteria; the normalised score is used as the reinforcement learning reward."),
+    ("Quantisation of large language models to four bits", "Post-training quantisation to 4-bit weights keeps perplexity close to the 16-bit model while cutting memory fourfold."),
+    ("Protein structure prediction with deep learning", "Attention-based networks predict three-dimensional protein structures from amino acid sequences with atomic accuracy."),
+    ("Time series forecasting with foundation models", "A decoder-only model pre-trained on billions of time points forecasts unseen series zero-shot."),
+    ("Adversarial robustness of image classifiers", "Small adversarial perturbations fool convolutional classifiers; adversarial training improves robustness at a cost in accuracy."),
+    ("Knowledge distillation into small students", "A small student network is trained to match the softened output distribution of a large teacher network."),
+    ("Causal inference with observational data", "We estimate treatment effects from observational data with doubly robust estimators and sensitivity analysis."),
+    ("Neural machine translation for low-resource languages", "Back-translation and multilingual pre-training improve translation quality for languages with little parallel data."),
+    ("Autonomous driving perception with lidar point clouds", "A point cloud network detects vehicles and pedestrians from lidar sweeps for autonomous driving."),
+    ("Code generation benchmarks for language models", "We release a benchmark of programming problems with unit tests to evaluate code generation by language models."),
+    ("Entropy collapse in reinforcement learning of language models", "Policy entropy drops early in RL fine-tuning, and the model converges to a narrow set of behaviours; we analyse the collapse."),
+    ("Recommender systems with graph convolution", "Graph convolution over the user-item interaction graph yields embeddings for collaborative filtering recommendation."),
+    ("Weather prediction with machine learning", "A graph neural network trained on reanalysis data produces medium-range global weather forecasts faster than numerical models."),
+    ("Hallucination detection in large language models", "We detect hallucinated statements by checking the consistency of sampled answers from the same model."),
+    ("Multi-hop question answering over documents", "Multi-hop questions require chaining evidence from several documents; we train a retriever that follows bridge entities."),
+    ("Curriculum learning from easy to hard examples", "Presenting training examples from easy to hard accelerates convergence and improves generalisation in some regimes."),
+    ("Music generation with transformers", "An autoregressive transformer over audio tokens generates coherent music conditioned on text descriptions."),
+    ("Medical image segmentation with U-Net", "A U-Net with attention gates segments organs and tumours in CT scans with high Dice scores."),
+    ("Privacy-preserving machine learning with differential privacy", "DP-SGD clips per-example gradients and adds noise, giving formal differential privacy guarantees for deep learning."),
+]
+
+
+def make_papers() -> list[Paper]:
+    papers = []
+    for i, (title, abstract) in enumerate(TOPICS):
+        year = 2019 + i % 8
+        papers.append(Paper(
+            arxiv_id=f"{year % 100:02d}{(i % 12) + 1:02d}.{10000 + i}",
+            title=title, abstract=abstract,
+            authors=[f"Author {i}", "Shared Coauthor"] if i % 3 else [],
+            categories=["cs.LG", "cs.CL"] if i % 2 else ["cs.CV"],
+            primary_category="cs.LG" if i % 2 else "cs.CV",
+            published=dt.date(year, (i % 12) + 1, 1 + i % 28),
+            comment="10 pages" if i % 4 == 0 else None,
+        ))
+    return papers
+
+
+@pytest.fixture(scope="session")
+def papers() -> list[Paper]:
+    return make_papers()
+
+
+@pytest.fixture(scope="session")
+def corpus_file(tmp_path_factory, papers):
+    path = tmp_path_factory.mktemp("data") / "arxiv_ai_papers.jsonl"
+    path.write_text("".join(p.model_dump_json() + "\n" for p in papers))
+    return path
+
+
+@pytest.fixture(scope="session")
+def built_index(tmp_path_factory, papers):
+    from arxivqa.index import SearchIndex
+
+    folder = tmp_path_factory.mktemp("index") / "tiny"
+    idx = SearchIndex(folder)
+    idx.build(papers, keyword_engines=["bm25s", "whoosh"])
+    return idx
+
+
+def by_title(papers, words: str) -> Paper:
+    return next(p for p in papers if p.title.startswith(words))
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
