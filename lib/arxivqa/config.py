@@ -6,6 +6,8 @@
 | index directory    | ``ARXIVQA_INDEX_DIR`` | ``<repo>/data/index``           |
 | results directory  | ``ARXIVQA_RESULTS_DIR`` | ``<repo>/results``            |
 | model directory    | ``ARXIVQA_MODELS_DIR``| ``<repo>/data/models``          |
+| scale              | ``ARXIVQA_SCALE``     | ``demo`` (or ``full``)          |
+| demo corpus size   | ``ARXIVQA_DEMO_PAPERS`` | ``20000``                     |
 
 Relative values are taken relative to the current working directory, like any path a user types.
 """
@@ -44,3 +46,19 @@ def results_dir() -> Path:
 def models_dir() -> Path:
     """Where derived local models (e.g. the distilled static embedder) are kept (``ARXIVQA_MODELS_DIR``)."""
     return _path("ARXIVQA_MODELS_DIR", REPO_ROOT / "data" / "models")
+
+
+SCALES = ("demo", "full")
+
+
+def scale() -> str:
+    """``demo`` (a CPU-sized subset, the default) or ``full`` (the whole corpus): a setting, not a code path."""
+    value = os.environ.get("ARXIVQA_SCALE", "demo")
+    if value not in SCALES:
+        raise ValueError(f"ARXIVQA_SCALE must be one of {SCALES}, got {value!r}")
+    return value
+
+
+def demo_papers() -> int:
+    """How many papers the demo-scale index holds (``ARXIVQA_DEMO_PAPERS``)."""
+    return int(os.environ.get("ARXIVQA_DEMO_PAPERS", "20000"))

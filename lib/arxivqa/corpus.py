@@ -11,6 +11,7 @@ import gzip
 import hashlib
 import json
 import re
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Literal
@@ -172,8 +173,153 @@ def select(
     return sorted(chosen.values(), key=lambda p: p.arxiv_id)
 
 
-def demo_papers(n: int = 20_000, seed: int = 0, path: str | Path | None = None) -> list[Paper]:
-    """The default demo-scale corpus: every gold paper of the train queries plus a seeded sample,
-    ``n`` papers in all. (Keeping the gold papers makes recall on the demo index higher than on
-    the full corpus, where the distractors are seven times as many.)"""
-    return select(iter_papers(path), n=n, include_ids=gold_ids(load_queries()), seed=seed)
+def papers_for_scale(scale: str | None = None, seed: int = 0, path: str | Path | None = None) -> list[Paper]:
+    """The papers an index of this scale holds. ``full``: the whole corpus. ``demo``: every gold
+    paper of the train queries plus a seeded sample, ``ARXIVQA_DEMO_PAPERS`` (20,000) in all; keeping
+    the gold papers makes recall on the demo index higher than on the full corpus, where the
+    distractors are about seven times as many."""
+    scale = scale or config.scale()
+    papers = iter_papers(path)
+    if scale == "full":
+        return list(papers)
+    return select(papers, n=config.demo_papers(), include_ids=gold_ids(load_queries()), seed=seed)
+
+
+def stats_frame(papers: Iterable[Paper]):
+    """One row per paper: what the corpus-statistics plots need."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "arxiv_id": p.arxiv_id,
+            "published": pd.Timestamp(p.published),
+            "primary_category": p.primary_category or (p.categories[0] if p.categories else "(none)"),
+            "n_categories": len(p.categories),
+            "abstract_chars": len(p.abstract),
+            "abstract_words": len(p.abstract.split()),
+            "n_authors": len(p.authors),
+        }
+        for p in papers
+    )
+
+
+# --------------------------------------------------------------------------- fetching (needs internet)
+
+ARXIV_API = "http://export.arxiv.org/api/query"
+DEFAULT_CATEGORIES = ("cs.AI", "cs.LG", "cs.CL", "cs.CV", "cs.IR", "cs.MA", "cs.RO", "stat.ML")
+_ATOM = {"a": "http://www.w3.org/2005/Atom", "arxiv": "http://arxiv.org/schemas/atom"}
+_VERSION_RE = re.compile(r"v\d+$")
+
+
+def parse_arxiv_atom(xml_text: str) -> list[Paper]:
+    """Papers from one page of the arXiv API's Atom feed."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(xml_text)
+    out = []
+    for e in root.findall("a:entry", _ATOM):
+        raw_id = (e.findtext("a:id", "", _ATOM) or "").rsplit("/abs/", 1)[-1]
+        if not raw_id:
+            continue
+
+        def text(tag, e=e):
+            return " ".join((e.findtext(tag, "", _ATOM) or "").split())
+
+        primary = e.find("arxiv:primary_category", _ATOM)
+        out.append(Paper(
+            arxiv_id=_VERSION_RE.sub("", raw_id),
+            title=text("a:title"),
+            abstract=text("a:summary"),
+            authors=[" ".join((a.findtext("a:name", "", _ATOM) or "").split()) for a in e.findall("a:author", _ATOM)],
+            categories=[c.get("term") for c in e.findall("a:category", _ATOM) if c.get("term")],
+            primary_category=primary.get("term") if primary is not None else None,
+            published=dt.date.fromisoformat(text("a:published")[:10]),
+            comment=text("arxiv:comment") or None,
+        ))
+    return out
+
+
+def _month_windows(start: dt.date, end: dt.date):
+    cur = start
+    while cur <= end:
+        nxt = (cur.replace(day=1) + dt.timedelta(days=32)).replace(day=1)
+        yield cur, min(end, nxt - dt.timedelta(days=1))
+        cur = nxt
+
+
+def fetch_arxiv(out: str | Path, start: dt.date | str, end: dt.date | str, categories: Iterable[str] = DEFAULT_CATEGORIES,
+                api_url: str = ARXIV_API, page_size: int = 1000, delay: float = 3.0, retries: int = 3) -> int:
+    """Rebuild a corpus file in this project's format from the public arXiv API (needs internet).
+
+    Queries every category month by month (``cat:X AND submittedDate:[..]``), pages through the
+    results, keeps the first version's metadata, de-duplicates cross-listed papers and writes
+    ``out`` (JSONL, gzipped if it ends in .gz) atomically. ``delay`` seconds between requests follows
+    arXiv's API etiquette. The shared corpus was assembled from daily listing mirrors instead, so a
+    fetched corpus is similar, not identical (see README, "Data").
+    """
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from tqdm.auto import tqdm
+
+    from .files import atomic_write_bytes
+
+    lo = dt.date.fromisoformat(start) if isinstance(start, str) else start
+    hi = dt.date.fromisoformat(end) if isinstance(end, str) else end
+    papers: dict[str, Paper] = {}
+    windows = [(c, a, b) for c in categories for a, b in _month_windows(lo, hi)]
+    first = True
+    for cat, a, b in tqdm(windows, desc="arXiv API", unit="month"):
+        offset = 0
+        while True:
+            query = f"cat:{cat} AND submittedDate:[{a:%Y%m%d}0000 TO {b:%Y%m%d}2359]"
+            url = f"{api_url}?" + urllib.parse.urlencode(
+                {"search_query": query, "start": offset, "max_results": page_size, "sortBy": "submittedDate", "sortOrder": "ascending"})
+            for attempt in range(retries + 1):
+                if not first:
+                    time.sleep(delay * (2 ** attempt if attempt else 1))
+                first = False
+                try:
+                    with urllib.request.urlopen(url, timeout=60) as resp:
+                        page = parse_arxiv_atom(resp.read().decode("utf-8"))
+                    break
+                except (urllib.error.URLError, TimeoutError) as exc:
+                    if attempt == retries:
+                        raise ConnectionError(f"arXiv API unreachable at {api_url} ({exc}); fetching needs internet") from exc
+            for p in page:
+                papers.setdefault(p.arxiv_id, p)
+            if len(page) < page_size:
+                break
+            offset += page_size
+    lines = "".join(papers[k].model_dump_json() + "\n" for k in sorted(papers)).encode("utf-8")
+    out = Path(out)
+    atomic_write_bytes(out, gzip.compress(lines) if out.suffix == ".gz" else lines)
+    return len(papers)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m arxivqa.corpus", description="Corpus utilities.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("fetch", help="rebuild a corpus file from the public arXiv API (needs internet)")
+    f.add_argument("--out", default=None, help=f"default: <ARXIVQA_DATA_DIR>/{config.CORPUS_FILE}")
+    f.add_argument("--start", default="2025-03-01")
+    f.add_argument("--end", default=dt.date.today().isoformat())
+    f.add_argument("--categories", default=",".join(DEFAULT_CATEGORIES))
+    f.add_argument("--api-url", default=ARXIV_API)
+    sub.add_parser("stats", help="count papers and queries in the configured data directory")
+    a = ap.parse_args(argv)
+    if a.cmd == "fetch":
+        n = fetch_arxiv(a.out or corpus_path(), a.start, a.end, a.categories.split(","), a.api_url)
+        print(f"wrote {n} papers to {a.out or corpus_path()}")
+    else:
+        n = sum(1 for _ in iter_papers())
+        qs = load_queries()
+        print(f"{corpus_path()}: {n} papers; {queries_path()}: {len(qs)} queries, "
+              f"{sum(bool(q.gold_in_corpus) for q in qs)} with gold in the corpus")
+
+
+if __name__ == "__main__":
+    main()

@@ -122,3 +122,18 @@ def get_embedder(name: str | None = None) -> Embedder:
         slug = "".join(c if c.isalnum() else "-" for c in target).strip("-")[-48:]
         return SentenceTransformerEmbedder(target, name=f"st-{slug}")
     raise ValueError(f"unknown embedder {name!r}: use 'static', 'minilm', 'minilm-128' or 'st:<model id or folder>'")
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m arxivqa.embed", description="Prepare the offline embedders.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare", help="distil the static embedder from the packaged MiniLM (once, ~30 s)")
+    p.add_argument("--force", action="store_true")
+    a = ap.parse_args(argv)
+    print(prepare_static(force=a.force))
+
+
+if __name__ == "__main__":
+    main()

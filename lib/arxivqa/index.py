@@ -517,3 +517,32 @@ def open_index(name: str = "demo", folder: str | Path | None = None, keyword_eng
                 )
             _OPEN[key] = idx
         return _OPEN[key]
+
+
+def build_for_scale(scale: str | None = None, keyword_engines: Sequence[str] = (DEFAULT_KEYWORD_ENGINE,),
+                    embedder: str | None = None, semantic: bool = True) -> tuple[SearchIndex, BuildReport]:
+    """Build (or complete) the index of a scale (``demo`` / ``full``) under its own name."""
+    from .corpus import papers_for_scale
+
+    scale = scale or config.scale()
+    index = SearchIndex(name=scale, keyword_engine=keyword_engines[0], embedder=embedder)
+    return index, index.build(papers_for_scale(scale), keyword_engines=list(keyword_engines), semantic=semantic)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m arxivqa.index", description="Build the search index.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build or complete an index (idempotent, resumable)")
+    b.add_argument("--scale", choices=config.SCALES, default=None, help="default: ARXIVQA_SCALE or demo")
+    b.add_argument("--engines", default=DEFAULT_KEYWORD_ENGINE, help="comma-separated: bm25s,whoosh")
+    b.add_argument("--embedder", default=None, help="static (default), minilm, minilm-128, st:<model>")
+    b.add_argument("--no-semantic", action="store_true")
+    a = ap.parse_args(argv)
+    index, report = build_for_scale(a.scale, tuple(a.engines.split(",")), a.embedder, not a.no_semantic)
+    print(f"{index.folder}: {report}")
+
+
+if __name__ == "__main__":
+    main()
