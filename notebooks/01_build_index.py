@@ -15,26 +15,39 @@ def _():
     from arxivqa.plots import abstract_lengths, papers_per_month, recall_by_difficulty, save, save_table, top_categories
     from arxivqa.tools import ArxivEnv
 
-    return (ArxivEnv, abstract_lengths, build_for_scale, config, iter_papers, load_queries, mo, one_shot_baselines,
-            papers_per_month, recall_by_difficulty, save, save_table, stats_frame, summarize, top_categories)
+    return (
+        ArxivEnv,
+        abstract_lengths,
+        build_for_scale,
+        config,
+        iter_papers,
+        load_queries,
+        mo,
+        one_shot_baselines,
+        papers_per_month,
+        recall_by_difficulty,
+        save,
+        save_table,
+        stats_frame,
+        summarize,
+        top_categories,
+    )
 
 
 @app.cell
 def _(mo):
-    mo.md(
-        """
-        # 01 · The corpus, the index, and one-shot retrieval baselines
+    mo.md("""
+    # 01 · The corpus, the index, and one-shot retrieval baselines
 
-        The agent of ArxivQA searches ~140K arXiv AI papers with four tools: `keyword_search` (BM25),
-        `semantic_search` (embeddings), `read_page` and `finish`. This notebook looks at the corpus,
-        builds both indexes, lets you try the tools, and measures what **one** search call finds
-        without any agent: BM25, dense retrieval, and their reciprocal-rank fusion, at recall@10/@50
-        against the gold papers of the 192 real alphaXiv queries.
+    The agent of ArxivQA searches ~140K arXiv AI papers with four tools: `keyword_search` (BM25),
+    `semantic_search` (embeddings), `read_page` and `finish`. This notebook looks at the corpus,
+    builds both indexes, lets you try the tools, and measures what **one** search call finds
+    without any agent: BM25, dense retrieval, and their reciprocal-rank fusion, at recall@10/@50
+    against the gold papers of the 192 real alphaXiv queries.
 
-        Scale is a setting: `ARXIVQA_SCALE=demo` (default; every gold paper plus a seeded sample,
-        20,000 papers) or `full` (all 139,670). Figures and tables go to `results/`.
-        """
-    )
+    Scale is a setting: `ARXIVQA_SCALE=demo` (default; every gold paper plus a seeded sample,
+    20,000 papers) or `full` (all 139,670). Figures and tables go to `results/`.
+    """)
     return
 
 
@@ -143,7 +156,14 @@ def _(index, load_queries, mo, one_shot_baselines, scale, summarize):
 
 
 @app.cell
-def _(baseline_summary, mo, per_query, recall_by_difficulty, save, save_table, scale):
+def _(
+    baseline_summary,
+    per_query,
+    recall_by_difficulty,
+    save,
+    save_table,
+    scale,
+):
     save_table(baseline_summary, f"01_baselines_{scale.value}")
     save_table(per_query, f"01_baselines_{scale.value}_per_query")
     _fig = recall_by_difficulty(baseline_summary, title=f"One-shot retrieval, {scale.value} index")

@@ -8,6 +8,7 @@
 | model directory    | ``ARXIVQA_MODELS_DIR``| ``<repo>/data/models``          |
 | scale              | ``ARXIVQA_SCALE``     | ``demo`` (or ``full``)          |
 | demo corpus size   | ``ARXIVQA_DEMO_PAPERS`` | ``20000``                     |
+| keyword engine     | ``ARXIVQA_KEYWORD_ENGINE`` | ``bm25s`` (or ``whoosh``)  |
 
 Relative values are taken relative to the current working directory, like any path a user types.
 """
@@ -62,3 +63,8 @@ def scale() -> str:
 def demo_papers() -> int:
     """How many papers the demo-scale index holds (``ARXIVQA_DEMO_PAPERS``)."""
     return int(os.environ.get("ARXIVQA_DEMO_PAPERS", "20000"))
+
+
+def keyword_engine() -> str:
+    """The engine behind ``keyword_search``: ``bm25s`` (default, fast) or ``whoosh`` (``ARXIVQA_KEYWORD_ENGINE``)."""
+    return os.environ.get("ARXIVQA_KEYWORD_ENGINE", "bm25s")

@@ -35,7 +35,6 @@ from .corpus import Paper
 from .embed import Embedder, get_embedder
 
 KEYWORD_ENGINES = ("bm25s", "whoosh")
-DEFAULT_KEYWORD_ENGINE = "bm25s"
 TITLE_BOOST = 2  # title counted this many times (bm25s) / field boost (whoosh): a BM25F stand-in
 MAX_QUERY_TERMS = 16  # longest keyword query kept, by idf (rarest terms first)
 
@@ -178,7 +177,7 @@ class DocStore:
         with self._lock:
             return [r[0] for r in self._conn.execute("SELECT arxiv_id FROM papers ORDER BY arxiv_id")]
 
-    def iter_papers(self, batch: int = 5000):
+    def iter_papers(self):
         with self._lock:
             rows = self._conn.execute("SELECT json FROM papers ORDER BY arxiv_id").fetchall()
         for (js,) in rows:
@@ -420,11 +419,12 @@ class BuildReport:
 class SearchIndex:
     """Document store + keyword engine + semantic index in one folder; what the tools search."""
 
-    def __init__(self, folder: str | Path | None = None, name: str = "demo", keyword_engine: str = DEFAULT_KEYWORD_ENGINE,
+    def __init__(self, folder: str | Path | None = None, name: str | None = None, keyword_engine: str | None = None,
                  embedder: str | Embedder | None = None) -> None:
+        keyword_engine = keyword_engine or config.keyword_engine()
         if keyword_engine not in KEYWORD_ENGINES:
             raise ValueError(f"unknown keyword engine {keyword_engine!r}; choose one of {KEYWORD_ENGINES}")
-        self.folder = Path(folder) if folder else config.index_dir() / name
+        self.folder = Path(folder) if folder else config.index_dir() / (name or config.scale())
         self.keyword_engine_name = keyword_engine
         self._embedder_arg = embedder
         self.analyzer = Analyzer()
@@ -504,9 +504,12 @@ _OPEN: dict[tuple, SearchIndex] = {}
 _OPEN_LOCK = threading.Lock()
 
 
-def open_index(name: str = "demo", folder: str | Path | None = None, keyword_engine: str = DEFAULT_KEYWORD_ENGINE,
+def open_index(name: str | None = None, folder: str | Path | None = None, keyword_engine: str | None = None,
                embedder: str | None = None) -> SearchIndex:
-    """A process-wide shared, opened index (environments created per rollout share it)."""
+    """A process-wide shared, opened index (environments created per rollout share it); the
+    defaults follow the settings (scale, keyword engine, embedder)."""
+    name = name or config.scale()
+    keyword_engine = keyword_engine or config.keyword_engine()
     key = (str(folder or config.index_dir() / name), keyword_engine, embedder)
     with _OPEN_LOCK:
         if key not in _OPEN:
@@ -519,12 +522,13 @@ def open_index(name: str = "demo", folder: str | Path | None = None, keyword_eng
         return _OPEN[key]
 
 
-def build_for_scale(scale: str | None = None, keyword_engines: Sequence[str] = (DEFAULT_KEYWORD_ENGINE,),
+def build_for_scale(scale: str | None = None, keyword_engines: Sequence[str] | None = None,
                     embedder: str | None = None, semantic: bool = True) -> tuple[SearchIndex, BuildReport]:
     """Build (or complete) the index of a scale (``demo`` / ``full``) under its own name."""
     from .corpus import papers_for_scale
 
     scale = scale or config.scale()
+    keyword_engines = list(keyword_engines or [config.keyword_engine()])
     index = SearchIndex(name=scale, keyword_engine=keyword_engines[0], embedder=embedder)
     return index, index.build(papers_for_scale(scale), keyword_engines=list(keyword_engines), semantic=semantic)
 
@@ -536,11 +540,12 @@ def main(argv: list[str] | None = None) -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build or complete an index (idempotent, resumable)")
     b.add_argument("--scale", choices=config.SCALES, default=None, help="default: ARXIVQA_SCALE or demo")
-    b.add_argument("--engines", default=DEFAULT_KEYWORD_ENGINE, help="comma-separated: bm25s,whoosh")
+    b.add_argument("--engines", default=None, help="comma-separated: bm25s,whoosh (default: ARXIVQA_KEYWORD_ENGINE or bm25s)")
     b.add_argument("--embedder", default=None, help="static (default), minilm, minilm-128, st:<model>")
     b.add_argument("--no-semantic", action="store_true")
     a = ap.parse_args(argv)
-    index, report = build_for_scale(a.scale, tuple(a.engines.split(",")), a.embedder, not a.no_semantic)
+    engines = a.engines.split(",") if a.engines else None
+    index, report = build_for_scale(a.scale, engines, a.embedder, not a.no_semantic)
     print(f"{index.folder}: {report}")
 
 

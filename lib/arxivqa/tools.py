@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, validate_call
+from pydantic import BaseModel, Field, ValidationError, validate_call
 
 from .index import Hit, SearchIndex, date_int, open_index, snippets
 
@@ -56,8 +56,6 @@ class ToolCallRecord(BaseModel):
 
 
 class Episode(BaseModel):
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
     row: dict[str, Any] = Field(default_factory=dict)
     calls: list[ToolCallRecord] = Field(default_factory=list)
     submitted: list[str] | None = None  # real arXiv IDs, in the order given; None until finish succeeds
@@ -106,7 +104,7 @@ def _tool(fn):
 class ArxivEnv:
     """Tools over one search index, one episode at a time (see module docstring)."""
 
-    def __init__(self, index: SearchIndex | None = None, index_name: str = "demo", seed: int | None = None) -> None:
+    def __init__(self, index: SearchIndex | None = None, index_name: str | None = None, seed: int | None = None) -> None:
         self._index = index
         self._index_name = index_name
         self._rng_seed = seed
