@@ -108,3 +108,24 @@ def test_missing_index_is_a_clear_error(tmp_path):
 
     with pytest.raises(FileNotFoundError, match="build it first"):
         open_index(folder=tmp_path / "none")
+
+
+def test_exact_and_hnsw_modes_agree_on_a_small_index(built_index, papers):
+    from arxivqa.index import SemanticIndex
+
+    hnsw = SemanticIndex(built_index.folder / "chroma", built_index.embedder, search_mode="hnsw")
+    exact = SemanticIndex(built_index.folder / "chroma", built_index.embedder, search_mode="exact")
+    for q in ("protein structure", "speech audio", "federated clients"):
+        assert [h.arxiv_id for h in exact.search(q, 5)] == [h.arxiv_id for h in hnsw.search(q, 5)]
+    since = date_int(dt.date(2024, 1, 1))
+    assert {h.arxiv_id for h in exact.search("models", 30, since)} == {h.arxiv_id for h in hnsw.search("models", 30, since)}
+    with pytest.raises(ValueError, match="semantic search mode"):
+        SemanticIndex(built_index.folder / "chroma", built_index.embedder, search_mode="lsh")
+
+
+def test_exact_mode_sees_papers_added_later(tmp_path, papers):
+    idx = SearchIndex(tmp_path / "grow")
+    idx.semantic.add(papers[:5])
+    assert len(idx.semantic_search("anything", 50)) == 5
+    idx.semantic.add(papers)
+    assert len(idx.semantic_search("anything", 50)) == len(papers)

@@ -9,6 +9,7 @@
 | scale              | ``ARXIVQA_SCALE``     | ``demo`` (or ``full``)          |
 | demo corpus size   | ``ARXIVQA_DEMO_PAPERS`` | ``20000``                     |
 | keyword engine     | ``ARXIVQA_KEYWORD_ENGINE`` | ``bm25s`` (or ``whoosh``)  |
+| semantic search    | ``ARXIVQA_SEMANTIC_SEARCH`` | ``exact`` (or ``hnsw``)   |
 
 Relative values are taken relative to the current working directory, like any path a user types.
 """
@@ -68,3 +69,8 @@ def demo_papers() -> int:
 def keyword_engine() -> str:
     """The engine behind ``keyword_search``: ``bm25s`` (default, fast) or ``whoosh`` (``ARXIVQA_KEYWORD_ENGINE``)."""
     return os.environ.get("ARXIVQA_KEYWORD_ENGINE", "bm25s")
+
+
+def semantic_search_mode() -> str:
+    """How ``semantic_search`` queries chromadb's vectors: ``exact`` (default) or ``hnsw`` (``ARXIVQA_SEMANTIC_SEARCH``)."""
+    return os.environ.get("ARXIVQA_SEMANTIC_SEARCH", "exact")
