@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -201,6 +201,33 @@ def stats_frame(papers: Iterable[Paper]):
         }
         for p in papers
     )
+
+
+def split_queries(queries: Sequence[Query], dev_fraction: float = 0.3, seed: int = 0) -> tuple[list[Query], list[Query]]:
+    """A deterministic train/dev split, stratified by difficulty (unrated is its own stratum).
+
+    Queries with the same text (some were labelled twice) always fall on the same side. Within a
+    stratum, query texts are ordered by a seeded hash and the first ``round(n * dev_fraction)``
+    go to dev.
+    """
+    if not 0.0 <= dev_fraction <= 1.0:
+        raise ValueError("dev_fraction must be within [0, 1]")
+    def text_key(q: Query) -> str:
+        return " ".join(q.query.lower().split())
+
+    stratum_of: dict[str, str | None] = {}  # a text's stratum: the difficulty of its first copy
+    for q in queries:
+        stratum_of.setdefault(text_key(q), q.difficulty)
+    strata: dict[str | None, list[str]] = {}
+    for key, diff in stratum_of.items():
+        strata.setdefault(diff, []).append(key)
+    dev_keys: set[str] = set()
+    for keys in strata.values():
+        keys = sorted(keys, key=lambda k: _rank_key(k, seed))
+        dev_keys.update(keys[: round(len(keys) * dev_fraction)])
+    train = [q for q in queries if text_key(q) not in dev_keys]
+    dev = [q for q in queries if text_key(q) in dev_keys]
+    return train, dev
 
 
 # --------------------------------------------------------------------------- fetching (needs internet)

@@ -90,3 +90,179 @@ def summarize(per_query: pd.DataFrame, metrics: Sequence[str] | None = None) -> 
     out = pd.DataFrame(rows)
     out["_o"] = out["difficulty"].map(order).fillna(5)
     return out.sort_values(["method", "_o"]).drop(columns="_o").reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- agent trajectories
+
+SEARCH_TOOLS = ("keyword_search", "semantic_search")
+TRAJECTORY_METRICS = ("recall@10", "search_recall", "precision", "tool_calls", "turns", "distinct_tools",
+                      "distinct_queries", "query_diversity", "tokens", "seconds")
+
+
+def _token_set(text: str) -> frozenset[str]:
+    return frozenset(text.lower().split())
+
+
+def query_diversity(queries: Sequence[str]) -> float:
+    """1 − mean pairwise Jaccard similarity of the queries' word sets (0 with fewer than two)."""
+    sets = [_token_set(q) for q in queries if q.strip()]
+    if len(sets) < 2:
+        return 0.0
+    sims = [len(a & b) / len(a | b) for i, a in enumerate(sets) for b in sets[i + 1:] if a | b]
+    return 1.0 - float(np.mean(sims)) if sims else 0.0
+
+
+def trajectory_metrics(traj) -> dict:
+    """Per-trajectory metrics; recall against the trajectory's ``gold_in_corpus``."""
+    gold = set(traj.gold_in_corpus)
+    submitted = list(traj.submitted or [])[:10]
+    results = traj.tool_results
+    searches = [r for r in results if r.name in SEARCH_TOOLS and isinstance(r.arguments, dict) and not r.error]
+    queries = [str(r.arguments.get("query", "")) for r in searches]
+    return {
+        "qid": traj.qid, "difficulty": traj.difficulty or "unrated", "method": traj.policy,
+        "recall@10": recall_at_k(submitted, gold, 10) if gold else float("nan"),
+        "search_recall": len(gold & traj.seen_ids()) / len(gold) if gold else float("nan"),
+        "precision": len(gold.intersection(submitted)) / len(submitted) if submitted else 0.0,
+        "tool_calls": len(results), "turns": len(traj.steps),
+        "distinct_tools": len({r.name for r in results}),
+        "keyword_calls": sum(r.name == "keyword_search" for r in results),
+        "semantic_calls": sum(r.name == "semantic_search" for r in results),
+        "read_calls": sum(r.name == "read_page" for r in results),
+        "tool_errors": sum(r.error for r in results),
+        "distinct_queries": len({" ".join(q.lower().split()) for q in queries}),
+        "query_diversity": query_diversity(queries),
+        "tokens": traj.prompt_tokens + traj.completion_tokens, "completion_tokens": traj.completion_tokens,
+        "seconds": traj.seconds, "tool_seconds": traj.tool_seconds, "finished": traj.stop_reason == "finished",
+        "stop_reason": traj.stop_reason.split(":")[0],
+    }
+
+
+def baseline_rows(index, queries: Sequence[Query]) -> pd.DataFrame:
+    """The one-shot baselines as rows comparable with agent trajectories (one call returns 10 papers,
+    so recall@10 and search recall coincide; hybrid counts its two calls)."""
+    rows = []
+    for q in scorable(queries):
+        for method, ranking in one_shot_rankings(index, q.query, 100).items():
+            r10 = recall_at_k(ranking, q.gold_in_corpus, 10)
+            rows.append({"qid": q.qid, "difficulty": q.difficulty or "unrated", "method": f"one-shot {method}",
+                         "recall@10": r10, "search_recall": r10,
+                         "precision": len(set(q.gold_in_corpus).intersection(ranking[:10])) / max(1, len(ranking[:10])),
+                         "tool_calls": 2 if method == "hybrid" else 1, "turns": 1,
+                         "distinct_tools": 2 if method == "hybrid" else 1, "distinct_queries": 1,
+                         "query_diversity": 0.0, "tokens": 0, "seconds": float("nan")})
+    return pd.DataFrame(rows)
+
+
+def comparison_table(per_query: pd.DataFrame, metrics: Sequence[str] = TRAJECTORY_METRICS) -> pd.DataFrame:
+    """Mean of each metric per method (all scorable queries), with 95 % bootstrap intervals of recall."""
+    rows = []
+    for method, g in per_query.groupby("method", sort=False):
+        g = g[g["recall@10"].notna()]
+        row = {"method": method, "n": len(g)}
+        for m in metrics:
+            if m in g:
+                row[m] = float(g[m].mean())
+        for m in ("recall@10", "search_recall"):
+            lo, hi = bootstrap_ci(g[m].to_numpy())
+            row[f"{m} 95% CI"] = f"[{lo:.3f}, {hi:.3f}]"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concurrency: int = 1, budgets=None,
+                   progress: bool = True):
+    """Run the agent on each query (``concurrency`` episodes at once; 1 for in-process models).
+    Returns the trajectories in query order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .agent import Agent, Budgets, make_policy
+    from .index import open_index
+    from .tools import ArxivEnv
+
+    index = index or open_index()
+    agent = Agent(make_policy(policy_spec), budgets or Budgets())
+
+    def one(q):
+        return agent.run(q, ArxivEnv(index))
+
+    bar = tqdm(total=len(queries), desc=f"episodes ({agent.policy.name})", unit="episode", disable=not progress)
+    out = [None] * len(queries)
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        futures = {pool.submit(one, q): i for i, q in enumerate(queries)}
+        for fut in futures:
+            out[futures[fut]] = fut.result()
+            bar.update()
+    bar.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    import time
+    from pathlib import Path
+
+    from . import config
+    from .agent import Budgets, save_trajectories
+    from .corpus import load_queries, split_queries
+    from .files import atomic_write_json, atomic_write_text
+    from .index import open_index
+
+    ap = argparse.ArgumentParser(prog="python -m arxivqa.evaluate", description="Evaluate a policy against one-shot baselines.")
+    ap.add_argument("--policy", default="local", help="local[:<model>] or openai:<model>[@<base_url>]")
+    ap.add_argument("--queries", default=None, help="query file in the queries_train.jsonl format (default: the train file)")
+    ap.add_argument("--split", choices=("dev", "train", "all"), default="dev",
+                    help="which part of the query file (the deterministic stratified split); 'all' for a held-out file")
+    ap.add_argument("--limit", type=int, default=None, help="first N scorable queries of the split")
+    ap.add_argument("--concurrency", type=int, default=1, help="episodes at once (endpoints); keep 1 for local models")
+    ap.add_argument("--max-turns", type=int, default=Budgets.max_turns)
+    ap.add_argument("--max-tool-calls", type=int, default=Budgets.max_tool_calls)
+    ap.add_argument("--max-tokens", type=int, default=Budgets.max_tokens)
+    ap.add_argument("--max-new-tokens", type=int, default=Budgets.max_new_tokens)
+    ap.add_argument("--name", default=None, help="output name (default: derived from the policy)")
+    ap.add_argument("--out", default=None, help="folder (default: <results>/eval)")
+    a = ap.parse_args(argv)
+
+    queries = load_queries(a.queries)
+    if a.split != "all":
+        train, dev = split_queries(queries)
+        queries = dev if a.split == "dev" else train
+    queries = scorable(queries)[: a.limit] if a.limit else scorable(queries)
+    if not queries:
+        raise SystemExit("no query with a gold paper in the corpus to evaluate")
+    index = open_index()
+    budgets = Budgets(a.max_turns, a.max_tool_calls, a.max_tokens, a.max_new_tokens)
+    name = a.name or "".join(c if c.isalnum() or c in "-._" else "_" for c in a.policy)[:80]
+    out = Path(a.out) if a.out else config.results_dir() / "eval"
+
+    t0 = time.perf_counter()
+    trajs = run_agent_eval(a.policy, queries, index, a.concurrency, budgets)
+    wall = time.perf_counter() - t0
+    save_trajectories(out / f"{name}.trajectories.jsonl", trajs)
+    per_query = pd.concat([pd.DataFrame([trajectory_metrics(t) for t in trajs]), baseline_rows(index, queries)],
+                          ignore_index=True)
+    table = comparison_table(per_query)
+    by_diff = summarize(per_query[["qid", "difficulty", "method", "recall@10", "search_recall"]], ["recall@10", "search_recall"])
+    episode_seconds = sum(t.seconds for t in trajs)
+    bench = {"policy": trajs[0].policy, "episodes": len(trajs), "wall_seconds": wall,
+             "episodes_per_minute": 60 * len(trajs) / wall,
+             "tool_share_of_episode_time": sum(t.tool_seconds for t in trajs) / episode_seconds if episode_seconds else None,
+             "generation_share_of_episode_time": sum(t.generation_seconds for t in trajs) / episode_seconds if episode_seconds else None,
+             "completion_tokens_per_second": sum(t.completion_tokens for t in trajs) / max(1e-9, sum(t.generation_seconds for t in trajs)),
+             "scale": config.scale(), "queries": a.queries or "queries_train.jsonl", "split": a.split,
+             "stop_reasons": per_query[per_query["method"] == trajs[0].policy]["stop_reason"].value_counts().to_dict()}
+    atomic_write_json(out / f"{name}.json", {"table": table.to_dict(orient="records"),
+                                             "by_difficulty": by_diff.to_dict(orient="records"), "bench": bench})
+    per_query.to_csv(out / f"{name}.per_query.csv", index=False)
+    md = (f"# Evaluation: {trajs[0].policy} on {len(trajs)} {a.split} queries ({config.scale()} index)\n\n"
+          + table.to_markdown(index=False, floatfmt=".3f") + "\n\n## Recall per difficulty\n\n"
+          + by_diff.to_markdown(index=False, floatfmt=".3f") + "\n\n## Throughput\n\n"
+          + f"{bench['episodes_per_minute']:.2f} episodes/min; tool time {100 * (bench['tool_share_of_episode_time'] or 0):.1f} % "
+          + f"of episode time, generation {100 * (bench['generation_share_of_episode_time'] or 0):.1f} %; "
+          + f"{bench['completion_tokens_per_second']:.1f} completion tokens/s; stop reasons {bench['stop_reasons']}.\n")
+    atomic_write_text(out / f"{name}.md", md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

@@ -311,28 +311,32 @@ class ArxivEnv:
         return getattr(self, name)(**arguments)
 
     def _run_parallel(self, calls: list[tuple[str, Any]], turn: int | None = None) -> list[str]:
-        """Run one turn's tool calls concurrently; results (and records) keep the call order.
-        ``finish`` in a batch runs after the other calls of that batch."""
+        """Run one turn's tool calls concurrently; results keep the call order."""
+        return [text for text, _ in self._run_batch(calls, turn)]
+
+    def _run_batch(self, calls: list[tuple[str, Any]], turn: int | None = None) -> list[tuple[str, ToolCallRecord]]:
+        """Run one turn's calls: the searches concurrently, then any ``finish`` (so it can submit IDs
+        that the same turn's searches showed). Returns (result, record) per call in call order; the
+        episode records them in execution order."""
         self._turn = turn
-        if len(calls) <= 1:
-            return [self._call(n, a) for n, a in calls]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="arxivqa-tools")
         searches = [i for i, (n, _) in enumerate(calls) if n != "finish"]
-        # Run the searches concurrently; each worker collects its records, merged in call order.
-        results: dict[int, str] = {}
-        records: dict[int, list[ToolCallRecord]] = {}
-        futures = {i: self._pool.submit(self._isolated_call, *calls[i]) for i in searches}
-        for i, fut in futures.items():
-            results[i], records[i] = fut.result()
-        for i in sorted(records):
-            for rec in records[i]:
-                rec.index = len(self.episode.calls)
-                self.episode.calls.append(rec)
-        for i, (n, a) in enumerate(calls):
-            if i not in results:
-                results[i] = self._call(n, a)
-        return [results[i] for i in range(len(calls))]
+        finishes = [i for i, (n, _) in enumerate(calls) if n == "finish"]
+        done: dict[int, tuple[str, list[ToolCallRecord]]] = {}
+        if len(searches) > 1:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="arxivqa-tools")
+            futures = {i: self._pool.submit(self._isolated_call, *calls[i]) for i in searches}
+            done = {i: f.result() for i, f in futures.items()}
+        else:
+            done = {i: self._isolated_call(*calls[i]) for i in searches}
+        for i in searches + finishes:
+            if i not in done:
+                done[i] = self._isolated_call(*calls[i])
+            with self._lock:
+                for rec in done[i][1]:
+                    rec.index = len(self.episode.calls)
+                    self.episode.calls.append(rec)
+        return [(done[i][0], done[i][1][-1]) for i in range(len(calls))]
 
     def _isolated_call(self, name: str, arguments: Any) -> tuple[str, list[ToolCallRecord]]:
         _THREAD.records = []

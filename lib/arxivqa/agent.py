@@ -1,0 +1,421 @@
+"""The ReAct retrieval agent: prompt, tool schemas, tolerant tool-call parsing, policies, the episode loop.
+
+One source for the prompt and the tool schemas: ``SYSTEM_PROMPT`` and ``tool_schemas()`` (built from
+``ArxivEnv``'s methods exactly as TRL builds them) serve the agent here and the trainer later.
+
+Policies (``make_policy``):
+
+- ``local:<model>`` — a Hugging Face causal LM in-process (default ``local:qwen2.5-coder-0.5b-instruct``,
+  the packaged model; any local folder or, with internet, hub ID), its chat template with tools,
+  greedy by default.
+- ``openai:<model>@<base_url>`` — any OpenAI-compatible chat endpoint with native tool calling (a
+  local vLLM / llama.cpp / ``transformers serve`` server, or a hosted API); key from the environment
+  variable named by ``api_key_env`` (default ``OPENAI_API_KEY``; a local server needs none).
+
+Small models often write tool calls as bare JSON, JSON in a code fence, or broken JSON instead of
+``<tool_call>`` tags: ``parse_tool_calls`` accepts all of these, and what it cannot read goes back to
+the agent as an error message while the episode goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from .corpus import Query
+from .tools import TOOL_NAMES, ArxivEnv
+
+SYSTEM_PROMPT = """You are a research retrieval agent for arXiv AI papers. Your job: find the papers that best answer the user's research query.
+
+Work in turns. In each turn, think briefly about what is still missing, then call one or more tools (calls in the same turn run in parallel):
+- keyword_search: exact terms, names, acronyms; returns paper IDs, dates, titles and matching snippets.
+- semantic_search: a description of the idea; returns paper IDs, dates, titles and abstracts.
+- read_page: read one paper by its ID when a result looks relevant but you are unsure.
+- finish: submit up to 10 paper IDs, most relevant first. This ends the task.
+
+Search from several angles (different terms, sub-topics, related methods) before you finish. Use only paper IDs that tools returned; never invent one. Always end by calling finish.
+
+Call a tool by writing, for each call:
+<tool_call>
+{"name": "keyword_search", "arguments": {"query": "your search terms"}}
+</tool_call>"""
+
+
+@dataclass
+class Budgets:
+    max_turns: int = 10  # alphaXiv's sandbox: MAX_TURNS=10
+    max_tool_calls: int = 30
+    max_tokens: int = 6000  # completion tokens over the whole episode
+    max_new_tokens: int = 384  # per assistant turn
+
+
+def tool_schemas() -> list[dict]:
+    """The tools' JSON schemas, from ``ArxivEnv``'s type hints and docstrings (what TRL sends the model)."""
+    return list(_schemas())
+
+
+@lru_cache(maxsize=1)
+def _schemas() -> tuple[dict, ...]:
+    from transformers.utils import get_json_schema
+
+    env = ArxivEnv(index=None)  # bound methods, as TRL sees them; no index is opened
+    return tuple(get_json_schema(getattr(env, name)) for name in TOOL_NAMES)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class ToolCall(BaseModel):
+    id: str = Field(default_factory=lambda: "call_" + uuid.uuid4().hex[:12])
+    name: str
+    arguments: Any = Field(default_factory=dict)  # a dict, or the raw string when it was not JSON
+
+
+_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+_FENCE = re.compile(r"```(?:json|tool_call|tool)?\s*(.*?)```", re.S)
+
+
+def _objects(text: str) -> tuple[list[Any], list[str]]:
+    """Every top-level JSON value embedded in ``text`` (objects or lists), and fragments that look
+    like JSON but do not parse."""
+    dec = json.JSONDecoder()
+    values, broken, i = [], [], 0
+    while i < len(text):
+        if text[i] in "{[":
+            try:
+                value, end = dec.raw_decode(text, i)
+                values.append(value)
+                i = end
+                continue
+            except json.JSONDecodeError:
+                if text[i] == "{" and re.match(r'\{\s*"(name|function|tool)"', text[i:]):
+                    broken.append(text[i : i + 200])
+        i += 1
+    return values, broken
+
+
+def _as_call(value: Any) -> ToolCall | None:
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("function"), dict):  # OpenAI style {"type": "function", "function": {...}}
+        value = value["function"]
+    name = value.get("name") or value.get("tool") or value.get("tool_name")
+    if not isinstance(name, str):
+        return None
+    args = value.get("arguments", value.get("parameters", value.get("args", {})))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            pass  # keep the raw string: the environment answers with an error message
+    return ToolCall(name=name.strip(), arguments=args)
+
+
+def parse_tool_calls(text: str) -> tuple[str, list[ToolCall], list[str]]:
+    """Split a model's raw output into (reasoning text, tool calls, problems).
+
+    Accepts ``<tool_call>{...}</tool_call>`` (Qwen), ```` ```json {...}``` ```` fences, bare JSON objects
+    or lists of them, OpenAI-style ``{"function": {...}}``, and ``arguments`` given as a JSON string.
+    Problems (JSON that does not parse, an object without a tool name) are returned as messages
+    for the agent; they never raise.
+    """
+    problems: list[str] = []
+    tagged = _TAGGED.findall(text)
+    if tagged:
+        sources = tagged
+        reasoning = _TAGGED.sub("", text)
+    else:
+        fenced = _FENCE.findall(text)
+        sources = fenced or [text]
+        reasoning = _FENCE.sub("", text) if fenced else text
+    calls: list[ToolCall] = []
+    spans_used = False
+    for src in sources:
+        values, broken = _objects(src)
+        for v in values:
+            items = v if isinstance(v, list) else [v]
+            for item in items:
+                call = _as_call(item)
+                if call is not None:
+                    calls.append(call)
+                    spans_used = True
+                elif isinstance(item, dict) and tagged:
+                    problems.append(f"a tool call needs a 'name' and 'arguments'; got {json.dumps(item)[:200]}")
+        problems.extend(f"could not parse this tool call as JSON: {b!r}" for b in broken)
+        if tagged and not values and not broken:
+            problems.append(f"could not parse this tool call as JSON: {src[:200]!r}")
+    if spans_used and not tagged and not _FENCE.search(text):
+        # bare JSON: keep only the prose around it as reasoning
+        reasoning = re.sub(r"[\{\[].*[\}\]]", "", text, flags=re.S)
+    return reasoning.strip(), calls, problems
+
+
+# --------------------------------------------------------------------------- policies
+
+
+class AssistantTurn(BaseModel):
+    text: str = ""  # reasoning / prose the model wrote (without the tool-call markup)
+    raw: str = ""  # the model's raw output (local models) or content (API)
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    parse_problems: list[str] = Field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+
+class Policy(Protocol):
+    name: str
+
+    def chat(self, messages: list[dict], tools: list[dict], max_new_tokens: int) -> AssistantTurn: ...
+
+
+class LocalHFPolicy:
+    """A causal LM in this process; chat template with tools; greedy unless ``temperature`` > 0."""
+
+    def __init__(self, model: str | None = None, temperature: float = 0.0, threads: int | None = None) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from .models import model_setting, resolve_model
+
+        self.model_name = model or model_setting()
+        path = resolve_model(self.model_name)
+        if threads:
+            torch.set_num_threads(threads)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        self.temperature = temperature
+        self.name = f"local:{self.model_name}"
+
+    def chat(self, messages: list[dict], tools: list[dict], max_new_tokens: int) -> AssistantTurn:
+        import torch
+
+        t0 = time.perf_counter()
+        prompt = self.tokenizer.apply_chat_template(_for_template(messages), tools=tools, add_generation_prompt=True,
+                                                    tokenize=False)
+        enc = self.tokenizer(prompt, return_tensors="pt")
+        kwargs = {"max_new_tokens": max_new_tokens, "pad_token_id": self.tokenizer.eos_token_id}
+        kwargs |= {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {"do_sample": False}
+        with torch.no_grad():
+            out = self.model.generate(**enc, **kwargs)
+        new = out[0, enc.input_ids.shape[1]:]
+        raw = self.tokenizer.decode(new, skip_special_tokens=True)
+        text, calls, problems = parse_tool_calls(raw)
+        return AssistantTurn(text=text, raw=raw, tool_calls=calls, parse_problems=problems,
+                             prompt_tokens=int(enc.input_ids.shape[1]), completion_tokens=int(new.shape[0]),
+                             seconds=time.perf_counter() - t0)
+
+
+class OpenAIPolicy:
+    """Any OpenAI-compatible chat endpoint with native tool calling; the ``openai`` client retries
+    with exponential backoff (``max_retries``)."""
+
+    def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 temperature: float = 0.0, timeout: float = 120.0, max_retries: int = 4) -> None:
+        from openai import OpenAI
+
+        key = os.environ.get(api_key_env) or "not-needed-for-a-local-server"
+        self.client = OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries)
+        self.model_name, self.temperature = model, temperature
+        self.name = f"openai:{model}" + (f"@{base_url}" if base_url else "")
+
+    def chat(self, messages: list[dict], tools: list[dict], max_new_tokens: int) -> AssistantTurn:
+        t0 = time.perf_counter()
+        resp = self.client.chat.completions.create(model=self.model_name, messages=messages, tools=tools,
+                                                   temperature=self.temperature, max_tokens=max_new_tokens)
+        msg = resp.choices[0].message
+        content = msg.content or ""
+        calls: list[ToolCall] = []
+        problems: list[str] = []
+        for tc in msg.tool_calls or []:
+            call = _as_call({"name": tc.function.name, "arguments": tc.function.arguments})
+            if call is not None:
+                call.id = tc.id or call.id
+                calls.append(call)
+        text = content
+        if not calls:  # the server did not parse tool calls itself: read them from the text
+            text, calls, problems = parse_tool_calls(content)
+        usage = resp.usage
+        return AssistantTurn(text=text, raw=content, tool_calls=calls, parse_problems=problems,
+                             prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+                             completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+                             seconds=time.perf_counter() - t0)
+
+
+def make_policy(spec: str | None = None, **kwargs) -> Policy:
+    """``local[:model]`` or ``openai:<model>[@<base_url>]`` (see the module docstring)."""
+    spec = spec or "local"
+    kind, _, rest = spec.partition(":")
+    if kind == "local":
+        return LocalHFPolicy(rest or None, **kwargs)
+    if kind == "openai":
+        model, _, base = rest.partition("@")
+        if not model:
+            raise ValueError("openai policy needs a model: openai:<model>[@<base_url>]")
+        return OpenAIPolicy(model, base or None, **kwargs)
+    raise ValueError(f"unknown policy {spec!r}: use 'local[:<model>]' or 'openai:<model>[@<base_url>]'")
+
+
+def _for_template(messages: list[dict]) -> list[dict]:
+    """OpenAI-format messages -> what HF chat templates expect (arguments as dicts)."""
+    out = []
+    for m in messages:
+        m = dict(m)
+        if m.get("tool_calls"):
+            m["tool_calls"] = [{"type": "function", "function": {"name": c["function"]["name"],
+                                "arguments": _loads(c["function"]["arguments"])}} for c in m["tool_calls"]]
+        out.append(m)
+    return out
+
+
+def _loads(s: Any) -> Any:
+    if isinstance(s, str):
+        try:
+            return json.loads(s)
+        except json.JSONDecodeError:
+            return {"_raw": s}
+    return s
+
+
+# --------------------------------------------------------------------------- trajectories
+
+
+class ToolResult(BaseModel):
+    call_id: str
+    name: str
+    arguments: Any = None
+    result: str
+    error: bool = False
+    result_ids: list[str] = Field(default_factory=list, description="real arXiv IDs the result showed")
+    seconds: float = 0.0
+
+
+class Step(BaseModel):
+    turn: int
+    assistant: AssistantTurn
+    results: list[ToolResult] = Field(default_factory=list)
+
+
+class Trajectory(BaseModel):
+    qid: str
+    query: str
+    difficulty: str | None = None
+    gold_in_corpus: list[str] = Field(default_factory=list)
+    policy: str
+    steps: list[Step] = Field(default_factory=list)
+    submitted: list[str] | None = None  # real arXiv IDs given to finish
+    stop_reason: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    tool_seconds: float = 0.0
+    generation_seconds: float = 0.0
+
+    @property
+    def tool_results(self) -> list[ToolResult]:
+        return [r for s in self.steps for r in s.results]
+
+    def seen_ids(self) -> set[str]:
+        return {pid for r in self.tool_results for pid in r.result_ids}
+
+
+def save_trajectories(path, trajectories: Sequence[Trajectory]) -> None:
+    from .files import atomic_write_text
+
+    atomic_write_text(path, "".join(t.model_dump_json() + "\n" for t in trajectories))
+
+
+def load_trajectories(path) -> list[Trajectory]:
+    with open(path, encoding="utf-8") as fh:
+        return [Trajectory.model_validate_json(line) for line in fh if line.strip()]
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+@dataclass
+class Agent:
+    policy: Policy
+    budgets: Budgets = field(default_factory=Budgets)
+    system_prompt: str = SYSTEM_PROMPT
+
+    def run(self, query: Query, env: ArxivEnv) -> Trajectory:
+        env.reset(**query.model_dump())
+        tools = tool_schemas()
+        messages: list[dict] = [{"role": "system", "content": self.system_prompt},
+                                {"role": "user", "content": query.query}]
+        traj = Trajectory(qid=query.qid, query=query.query, difficulty=query.difficulty,
+                          gold_in_corpus=query.gold_in_corpus, policy=self.policy.name)
+        b = self.budgets
+        t_start = time.perf_counter()
+        calls_made = 0
+        for turn in range(1, b.max_turns + 1):
+            remaining = b.max_tokens - traj.completion_tokens
+            if remaining <= 0:
+                traj.stop_reason = "token_budget"
+                break
+            try:
+                out = self.policy.chat(messages, tools, min(b.max_new_tokens, remaining))
+            except Exception as exc:  # noqa: BLE001 - an endpoint failure ends this episode, recorded
+                traj.stop_reason = f"policy_error: {type(exc).__name__}: {exc}"[:500]
+                break
+            traj.prompt_tokens += out.prompt_tokens
+            traj.completion_tokens += out.completion_tokens
+            traj.generation_seconds += out.seconds
+            step = Step(turn=turn, assistant=out)
+            traj.steps.append(step)
+            calls = out.tool_calls
+            over = max(0, calls_made + len(calls) - b.max_tool_calls)
+            allowed, refused = calls[: len(calls) - over], calls[len(calls) - over:]
+            messages.append(_assistant_message(out, calls))
+            if not calls:
+                if out.parse_problems:
+                    feedback = "Error: " + "; ".join(out.parse_problems) + \
+                        '. Call a tool as JSON: {"name": "keyword_search", "arguments": {"query": "..."}}.'
+                    messages.append({"role": "user", "content": feedback})
+                    continue
+                traj.stop_reason = "no_tool_call"
+                break
+            t0 = time.perf_counter()
+            batch = env._run_batch([(c.name, c.arguments) for c in allowed], turn=turn)
+            traj.tool_seconds += time.perf_counter() - t0
+            for c, (text, rec) in zip(allowed, batch):
+                step.results.append(ToolResult(call_id=c.id, name=c.name, arguments=c.arguments, result=text,
+                                               error=rec.error, result_ids=rec.result_ids, seconds=rec.seconds))
+            for c in refused:
+                step.results.append(ToolResult(call_id=c.id, name=c.name, arguments=c.arguments, error=True,
+                                               result=f"Error: tool-call budget of {b.max_tool_calls} calls used up"))
+            calls_made += len(allowed)
+            for r in step.results:
+                messages.append({"role": "tool", "tool_call_id": r.call_id, "name": r.name, "content": r.result})
+            if out.parse_problems:
+                messages.append({"role": "user", "content": "Error: " + "; ".join(out.parse_problems)})
+            if env.episode.finished:
+                traj.stop_reason = "finished"
+                break
+            if calls_made >= b.max_tool_calls:
+                traj.stop_reason = "tool_call_budget"
+                break
+        else:
+            traj.stop_reason = "max_turns"
+        traj.submitted = env.episode.submitted
+        traj.seconds = time.perf_counter() - t_start
+        return traj
+
+
+def _assistant_message(out: AssistantTurn, calls: Sequence[ToolCall]) -> dict:
+    msg: dict = {"role": "assistant", "content": out.text or ""}
+    if calls:
+        msg["tool_calls"] = [{"id": c.id, "type": "function",
+                              "function": {"name": c.name, "arguments": c.arguments if isinstance(c.arguments, str)
+                                           else json.dumps(c.arguments)}} for c in calls]
+    return msg

