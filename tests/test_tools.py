@@ -91,7 +91,6 @@ BAD_CALLS = [
     ("keyword_search", {"query": "ok", "max_results": 0}, "between 1 and 50"),
     ("semantic_search", {"query": "ok", "max_results": 51}, "between 1 and 50"),
     ("semantic_search", {"query": "ok", "min_date": "last year"}, "min_date"),
-    ("semantic_search", {"query": "ok", "colour": "blue"}, "invalid arguments"),
     ("finish", {"paper_ids": "P-1"}, "invalid arguments"),
     ("finish", {"paper_ids": ["P-0badc0de"]}, "unknown paper IDs"),
     ("browse", {"url": "x"}, "unknown tool"),
@@ -117,6 +116,12 @@ def test_finish_limits(env):
     assert env.episode.submitted_opaque == ids[:3]
     assert env.keyword_search("more").startswith("Error: finish has already been called")
     assert env.finish(ids[:1]).startswith("Error:")
+
+
+def test_unknown_arguments_are_dropped_with_a_note(env):
+    out = env._call("semantic_search", {"query": "protein", "colour": "blue", "required": ["query"]})
+    assert out.startswith("Note: ignored unknown argument(s) 'colour', 'required'") and "P-" in out
+    assert not env.episode.calls[-1].error and env.episode.calls[-1].result_ids
 
 
 def test_string_arguments_are_coerced(env):

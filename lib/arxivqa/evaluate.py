@@ -197,6 +197,25 @@ def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concu
     return out
 
 
+def evaluate_trajectories(trajs, index, queries: Sequence[Query], wall_seconds: float):
+    """Per-query metrics of the trajectories next to the one-shot baselines on the same queries, the
+    comparison table, recall per difficulty, and the throughput figures (episodes per minute, the
+    share of episode time spent in tools and in generation)."""
+    per_query = pd.concat([pd.DataFrame([trajectory_metrics(t) for t in trajs]), baseline_rows(index, queries)],
+                          ignore_index=True)
+    table = comparison_table(per_query)
+    by_diff = summarize(per_query[["qid", "difficulty", "method", "recall@10", "search_recall"]], ["recall@10", "search_recall"])
+    episode_seconds = sum(t.seconds for t in trajs)
+    gen_seconds = sum(t.generation_seconds for t in trajs)
+    bench = {"policy": trajs[0].policy if trajs else None, "episodes": len(trajs), "wall_seconds": wall_seconds,
+             "episodes_per_minute": 60 * len(trajs) / wall_seconds if wall_seconds else None,
+             "tool_share_of_episode_time": sum(t.tool_seconds for t in trajs) / episode_seconds if episode_seconds else None,
+             "generation_share_of_episode_time": gen_seconds / episode_seconds if episode_seconds else None,
+             "completion_tokens_per_second": sum(t.completion_tokens for t in trajs) / gen_seconds if gen_seconds else None,
+             "stop_reasons": pd.Series([t.stop_reason.split(":")[0] for t in trajs]).value_counts().to_dict()}
+    return per_query, table, by_diff, bench
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
     import time
@@ -239,21 +258,11 @@ def main(argv: list[str] | None = None) -> None:
     trajs = run_agent_eval(a.policy, queries, index, a.concurrency, budgets)
     wall = time.perf_counter() - t0
     save_trajectories(out / f"{name}.trajectories.jsonl", trajs)
-    per_query = pd.concat([pd.DataFrame([trajectory_metrics(t) for t in trajs]), baseline_rows(index, queries)],
-                          ignore_index=True)
-    table = comparison_table(per_query)
-    by_diff = summarize(per_query[["qid", "difficulty", "method", "recall@10", "search_recall"]], ["recall@10", "search_recall"])
-    episode_seconds = sum(t.seconds for t in trajs)
-    bench = {"policy": trajs[0].policy, "episodes": len(trajs), "wall_seconds": wall,
-             "episodes_per_minute": 60 * len(trajs) / wall,
-             "tool_share_of_episode_time": sum(t.tool_seconds for t in trajs) / episode_seconds if episode_seconds else None,
-             "generation_share_of_episode_time": sum(t.generation_seconds for t in trajs) / episode_seconds if episode_seconds else None,
-             "completion_tokens_per_second": sum(t.completion_tokens for t in trajs) / max(1e-9, sum(t.generation_seconds for t in trajs)),
-             "scale": config.scale(), "queries": a.queries or "queries_train.jsonl", "split": a.split,
-             "stop_reasons": per_query[per_query["method"] == trajs[0].policy]["stop_reason"].value_counts().to_dict()}
+    per_query, table, by_diff, bench = evaluate_trajectories(trajs, index, queries, wall)
+    bench |= {"scale": config.scale(), "queries": a.queries or "queries_train.jsonl", "split": a.split}
     atomic_write_json(out / f"{name}.json", {"table": table.to_dict(orient="records"),
                                              "by_difficulty": by_diff.to_dict(orient="records"), "bench": bench})
-    per_query.to_csv(out / f"{name}.per_query.csv", index=False)
+    atomic_write_text(out / f"{name}.per_query.csv", per_query.to_csv(index=False))
     md = (f"# Evaluation: {trajs[0].policy} on {len(trajs)} {a.split} queries ({config.scale()} index)\n\n"
           + table.to_markdown(index=False, floatfmt=".3f") + "\n\n## Recall per difficulty\n\n"
           + by_diff.to_markdown(index=False, floatfmt=".3f") + "\n\n## Throughput\n\n"

@@ -69,3 +69,18 @@ def recall_by_difficulty(summary: pd.DataFrame, metrics: tuple[str, ...] = ("rec
     if title:
         g.figure.suptitle(title, y=1.04)
     return g.figure
+
+
+def agent_vs_baselines(per_query: pd.DataFrame, title: str = ""):
+    """Left: recall@10 and search recall per method. Right: tool calls per episode per method."""
+    scored = per_query[per_query["recall@10"].notna()]
+    long = scored.melt(id_vars=["method"], value_vars=["recall@10", "search_recall"], var_name="metric", value_name="recall")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
+    sns.barplot(data=long, y="method", x="recall", hue="metric", ax=axes[0], errorbar=("ci", 95))
+    axes[0].set(xlim=(0, 1), ylabel="", title="Recall (95 % CI over queries)")
+    sns.stripplot(data=scored, y="method", x="tool_calls", ax=axes[1], jitter=0.25, alpha=0.7)
+    axes[1].set(ylabel="", title="Tool calls per episode")
+    if title:
+        fig.suptitle(title, y=1.03)
+    fig.tight_layout()
+    return fig

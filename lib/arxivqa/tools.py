@@ -23,6 +23,7 @@ import datetime as dt
 import functools
 import hashlib
 import hmac
+import inspect
 import json
 import secrets
 import threading
@@ -78,13 +79,20 @@ class ToolError(ValueError):
 def _tool(fn):
     """Validate the arguments of a tool call and turn every problem into an ``Error:`` message."""
     validated = validate_call(fn)
+    params = set(inspect.signature(fn).parameters) - {"self"}
 
     @functools.wraps(fn)
     def wrapper(self, *args, **kwargs):
         t0 = time.perf_counter()
         ids: list[str] = []
+        # Small models copy schema keys ("required", "type") into the arguments: drop unknown
+        # arguments, run the call, and say so in the result.
+        extra = sorted(k for k in kwargs if k not in params)
+        note = f"Note: ignored unknown argument(s) {', '.join(repr(k) for k in extra)} of {fn.__name__}.\n" if extra else ""
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
         try:
             text, ids = validated(self, *args, **kwargs)
+            text = note + text
             error = False
         except ValidationError as exc:
             problems = "; ".join(
@@ -148,7 +156,7 @@ class ArxivEnv:
         real = self.episode.id_map.get(oid)
         if real is None:
             if not oid.startswith("P-"):
-                raise ToolError(f"'{opaque_id}' is not a paper ID of this session; use the IDs (like P-1a2b3c4d) that search results show")
+                raise ToolError(f"'{opaque_id}' is not a paper ID of this session; use the IDs (they start with P-) that search results show")
             raise ToolError(f"unknown paper ID '{opaque_id}'; use an ID from a search result of this session")
         return real
 
@@ -255,7 +263,7 @@ class ArxivEnv:
         """Read a paper's text (title, authors, date, categories, abstract, comment), one page of about 2,000 characters at a time.
 
         Args:
-            paper_id: A paper ID from a search result of this session, e.g. "P-1a2b3c4d".
+            paper_id: The ID of a paper, exactly as a search result of this session showed it.
             page: Page number, starting at 1.
         """
         self._check_open()
@@ -275,7 +283,7 @@ class ArxivEnv:
         """Submit the final answer: the IDs of the most relevant papers, best first (at most 10). Ends the episode.
 
         Args:
-            paper_ids: Paper IDs from search results of this session, e.g. ["P-1a2b3c4d", "P-5e6f7a8b"].
+            paper_ids: IDs of papers, exactly as search results of this session showed them.
         """
         self._check_open()
         ids = list(dict.fromkeys(i.strip() for i in paper_ids))

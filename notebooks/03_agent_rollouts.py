@@ -1,0 +1,127 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium")
+
+
+@app.cell
+def _():
+    import os
+    import time
+
+    import marimo as mo
+
+    from arxivqa import config
+    from arxivqa.agent import Agent, Budgets, make_policy, save_trajectories
+    from arxivqa.corpus import load_queries, split_queries
+    from arxivqa.evaluate import evaluate_trajectories, scorable
+    from arxivqa.files import atomic_write_json
+    from arxivqa.index import build_for_scale
+    from arxivqa.plots import agent_vs_baselines, save, save_table
+    from arxivqa.tools import ArxivEnv
+
+    return (Agent, ArxivEnv, Budgets, agent_vs_baselines, atomic_write_json, build_for_scale, config,
+            evaluate_trajectories, load_queries, make_policy, mo, os, save, save_table, save_trajectories,
+            scorable, split_queries, time)
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    # 03 · The agent: rollouts and evaluation
+
+    A ReAct agent searches with the four tools over several turns (parallel calls within a turn) and
+    submits at most 10 papers with `finish`. The policy is a setting: the packaged
+    Qwen2.5-Coder-0.5B-Instruct in-process (`local`, default, CPU), or any OpenAI-compatible endpoint
+    (`openai:<model>@<base_url>`). Below: a few dev-split episodes, a trajectory viewer, and the
+    evaluation against the one-shot baselines of notebook 01.
+
+    Settings: `ARXIVQA_POLICY` (default `local`), `ARXIVQA_DEMO_EPISODES` (default 3).
+    A 0.5B model on 2 CPU cores writes a few tokens a second: expect minutes per episode.
+    """)
+    return
+
+
+@app.cell
+def _(Budgets, build_for_scale, config, load_queries, os, scorable, split_queries):
+    index, _ = build_for_scale()  # reuses notebook 01's index (a rebuild adds only what is missing)
+    policy_spec = os.environ.get("ARXIVQA_POLICY", "local")
+    n_episodes = int(os.environ.get("ARXIVQA_DEMO_EPISODES", "3"))
+    budgets = Budgets(max_turns=4, max_tool_calls=12, max_tokens=1200, max_new_tokens=192)
+    dev_queries = scorable(split_queries(load_queries())[1])[:n_episodes]
+    scale_name = config.scale()
+    return budgets, dev_queries, index, policy_spec, scale_name
+
+
+@app.cell
+def _(Agent, ArxivEnv, budgets, config, dev_queries, index, make_policy, mo, policy_spec, save_trajectories, time):
+    _agent = Agent(make_policy(policy_spec), budgets)
+    _t0 = time.perf_counter()
+    trajectories = []
+    for _q in mo.status.progress_bar(dev_queries, title=f"episodes with {policy_spec}"):
+        trajectories.append(_agent.run(_q, ArxivEnv(index)))
+    wall_seconds = time.perf_counter() - _t0
+    save_trajectories(config.results_dir() / "03_trajectories.jsonl", trajectories)
+    return trajectories, wall_seconds
+
+
+@app.cell
+def _(mo, trajectories):
+    _options = {f"{t.qid}: {t.query[:70]}": i for i, t in enumerate(trajectories)}
+    pick = mo.ui.dropdown(options=_options, value=next(iter(_options), None), label="trajectory")
+    pick
+    return (pick,)
+
+
+@app.cell
+def _(index, mo, pick, trajectories):
+    def _view(t):
+        gold = set(t.gold_in_corpus)
+        seen = t.seen_ids()
+        papers = index.docs.get_many(sorted(gold | set(t.submitted or [])))
+        parts = [mo.md(f"**Query:** {t.query}  \n**Stop:** `{t.stop_reason}` · {len(t.steps)} turns · "
+                       f"{len(t.tool_results)} tool calls · {t.completion_tokens} tokens written · {t.seconds:.0f} s")]
+        for s in t.steps:
+            calls = "\n".join(f"- `{r.name}({r.arguments})`" + (" — **error**" if r.error else f" → {len(r.result_ids)} papers")
+                              for r in s.results) or "- (no tool call)"
+            body = mo.vstack([mo.md(f"**Reasoning / raw output:**"), mo.plain_text(s.assistant.raw[:1500]), mo.md(calls),
+                              mo.accordion({f"tool results ({len(s.results)})": mo.plain_text("\n\n".join(r.result[:1500] for r in s.results))})])
+            parts.append(mo.accordion({f"turn {s.turn}": body}))
+        rows = [{"arxiv_id": pid, "title": papers[pid].title if pid in papers else "?", "gold": pid in gold,
+                 "seen in a tool result": pid in seen, "submitted": pid in (t.submitted or [])}
+                for pid in sorted(gold | set(t.submitted or []))]
+        parts.append(mo.md("**Found vs. gold**"))
+        parts.append(mo.ui.table(rows, selection=None))
+        return mo.vstack(parts)
+
+    _view(trajectories[pick.value]) if trajectories and pick.value is not None else mo.md("_No trajectory._")
+    return
+
+
+@app.cell
+def _(agent_vs_baselines, atomic_write_json, config, dev_queries, evaluate_trajectories, index, mo, save, save_table,
+      scale_name, trajectories, wall_seconds):
+    per_query, eval_table, eval_by_difficulty, agent_bench = evaluate_trajectories(trajectories, index, dev_queries, wall_seconds)
+    agent_bench |= {"scale": scale_name, "split": "dev"}
+    save_table(eval_table, "03_eval")
+    save_table(per_query, "03_eval_per_query")
+    atomic_write_json(config.results_dir() / "bench_agent.json", agent_bench)
+    _fig = agent_vs_baselines(per_query, title=f"{len(trajectories)} dev queries, {scale_name} index")
+    save(_fig, "03_eval.png")
+    mo.vstack([
+        mo.md(f"""
+    ## Evaluation on {len(trajectories)} dev queries ({scale_name} index)
+    Throughput: **{agent_bench['episodes_per_minute']:.2f} episodes/min**; tools take
+    **{100 * (agent_bench['tool_share_of_episode_time'] or 0):.1f} %** of episode time (target ≤ 10 %),
+    generation {100 * (agent_bench['generation_share_of_episode_time'] or 0):.1f} %
+    ({agent_bench['completion_tokens_per_second'] or 0:.1f} tokens/s). Stop reasons: {agent_bench['stop_reasons']}.
+    For a full evaluation: `python -m arxivqa.evaluate --policy local --limit 20`.
+    """),
+        mo.ui.table(eval_table, selection=None),
+        _fig,
+    ])
+    return
+
+
+if __name__ == "__main__":
+    app.run()
