@@ -129,3 +129,11 @@ def test_exact_mode_sees_papers_added_later(tmp_path, papers):
     assert len(idx.semantic_search("anything", 50)) == 5
     idx.semantic.add(papers)
     assert len(idx.semantic_search("anything", 50)) == len(papers)
+
+
+def test_exact_mode_pages_through_the_collection(built_index, papers, monkeypatch):
+    from arxivqa.index import SemanticIndex
+
+    monkeypatch.setattr(SemanticIndex, "PAGE", 7)
+    exact = SemanticIndex(built_index.folder / "chroma", built_index.embedder, search_mode="exact")
+    assert {h.arxiv_id for h in exact.search("anything", 100)} == {p.arxiv_id for p in papers}

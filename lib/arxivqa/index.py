@@ -367,6 +367,7 @@ class SemanticIndex:
     """
 
     SEARCH_MODES = ("exact", "hnsw")
+    PAGE = 10_000
 
     def __init__(self, folder: Path, embedder: Embedder, search_mode: str | None = None) -> None:
         import chromadb
@@ -408,10 +409,17 @@ class SemanticIndex:
     def _load_matrix(self) -> tuple[list[str], np.ndarray, np.ndarray]:
         with self._lock:
             if self._matrix is None:
-                got = self.collection.get(include=["embeddings", "metadatas"])
-                vectors = np.asarray(got["embeddings"], dtype=np.float32).reshape(len(got["ids"]), -1)
-                dates = np.asarray([m["published"] for m in got["metadatas"]], dtype=np.int32)
-                self._matrix = (list(got["ids"]), vectors, dates)
+                ids: list[str] = []
+                vectors, dates = [], []
+                total = self.collection.count()
+                for offset in range(0, total, self.PAGE):  # one get() of 140K rows exceeds SQLite's variable limit
+                    got = self.collection.get(include=["embeddings", "metadatas"], limit=self.PAGE, offset=offset)
+                    ids.extend(got["ids"])
+                    vectors.append(np.asarray(got["embeddings"], dtype=np.float32).reshape(len(got["ids"]), -1))
+                    dates.extend(m["published"] for m in got["metadatas"])
+                dim = self.embedder.dim
+                self._matrix = (ids, np.concatenate(vectors) if vectors else np.zeros((0, dim), np.float32),
+                                np.asarray(dates, dtype=np.int32))
             return self._matrix
 
     def search_vector(self, vector: np.ndarray, k: int, min_date: int | None = None) -> list[Hit]:
