@@ -36,3 +36,24 @@ def test_unreachable_endpoint_ends_the_episode_with_a_recorded_error(built_index
     policy = OpenAIPolicy("m", "http://127.0.0.1:9/v1", max_retries=0, timeout=2)
     traj = Agent(policy).run(Query(qid="x", query="anything"), ArxivEnv(built_index))
     assert traj.stop_reason.startswith("policy_error")
+
+
+def test_evaluate_command_on_a_query_file_it_has_never_seen(server, built_index, papers, tmp_path):
+    import json
+
+    from arxivqa.evaluate import main
+
+    qfile = tmp_path / "held_out.jsonl"
+    qfile.write_text("".join(json.dumps({"qid": f"h{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id],
+                                         "difficulty": "medium"}) + "\n" for i, p in enumerate(papers[:2])))
+    out = tmp_path / "eval"
+    main(["--policy", f"openai:{resolve_model(DEFAULT_MODEL)}@{server}", "--queries", str(qfile), "--split", "all",
+          "--max-turns", "1", "--max-new-tokens", "32", "--index", str(built_index.folder), "--out", str(out),
+          "--name", "t"])
+    report = json.loads((out / "t.json").read_text())
+    methods = [row["method"] for row in report["table"]]
+    assert methods[0].startswith("openai:") and methods[1:] == ["one-shot bm25", "one-shot dense", "one-shot hybrid"]
+    assert all(row["n"] == 2 for row in report["table"])
+    assert report["bench"]["episodes"] == 2 and 0 <= report["bench"]["tool_share_of_episode_time"] <= 1
+    assert len((out / "t.trajectories.jsonl").read_text().splitlines()) == 2
+    assert "Recall per difficulty" in (out / "t.md").read_text()

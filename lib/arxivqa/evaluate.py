@@ -238,6 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-tool-calls", type=int, default=Budgets.max_tool_calls)
     ap.add_argument("--max-tokens", type=int, default=Budgets.max_tokens)
     ap.add_argument("--max-new-tokens", type=int, default=Budgets.max_new_tokens)
+    ap.add_argument("--index", default=None, help="index folder (default: the configured scale's index)")
     ap.add_argument("--name", default=None, help="output name (default: derived from the policy)")
     ap.add_argument("--out", default=None, help="folder (default: <results>/eval)")
     a = ap.parse_args(argv)
@@ -249,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     queries = scorable(queries)[: a.limit] if a.limit else scorable(queries)
     if not queries:
         raise SystemExit("no query with a gold paper in the corpus to evaluate")
-    index = open_index()
+    index = open_index(folder=a.index)
     budgets = Budgets(a.max_turns, a.max_tool_calls, a.max_tokens, a.max_new_tokens)
     name = a.name or "".join(c if c.isalnum() or c in "-._" else "_" for c in a.policy)[:80]
     out = Path(a.out) if a.out else config.results_dir() / "eval"
