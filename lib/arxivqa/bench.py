@@ -172,6 +172,49 @@ def bench_search(corpus: str | None = None, queries_file: str | None = None, nam
     return report
 
 
+def bench_semantic(name: str = "full", queries_file: str | None = None, out_dir: Path | None = None) -> dict:
+    """Query-time side of an existing index: each semantic search mode (latency, recall) and the
+    tools as the agent sees them. Builds nothing; run ``python -m arxivqa.index build`` first."""
+    from .index import open_index
+
+    out_dir = Path(out_dir) if out_dir else config.results_dir()
+    queries = load_queries(queries_file)
+    index = open_index(name)
+    report: dict = {"machine": _machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "index_name": name,
+                    "papers": len(index.docs), "embedder": index.embedder.name, "modes": {}}
+    for mode in SemanticIndex.SEARCH_MODES:
+        sem = SemanticIndex(index.folder / "chroma", index.embedder, search_mode=mode)
+        t0 = time.perf_counter()
+        sem.search("warm-up", 10)
+        warm = time.perf_counter() - t0
+        lat10, _ = _latency(lambda q, sem=sem: [h.arxiv_id for h in sem.search(q.query, 10)], queries)
+        lat50, rank50 = _latency(lambda q, sem=sem: [h.arxiv_id for h in sem.search(q.query, 50)], queries)
+        report["modes"][mode] = {"first_query_seconds": warm, "latency_top10": lat10, "latency_top50": lat50,
+                                 **_recall(rank50, queries)}
+        print(f"{mode}: {report['modes'][mode]}", flush=True)
+    env = ArxivEnv(index, seed=0)
+    report["tools"] = {"keyword_search": _latency(lambda q: env.keyword_search(q.query), queries)[0],
+                       "semantic_search": _latency(lambda q: env.semantic_search(q.query), queries)[0],
+                       "engine": index.keyword_engine_name, "semantic_mode": index.semantic.search_mode}
+    print(f"tools: {report['tools']}", flush=True)
+    lines = [f"# Semantic search modes and tool latency ({report['papers']:,} papers, {report['started']})", "",
+             f"Embedder `{report['embedder']}`; {report['machine']['cpus']} CPUs. Latency over the {len(queries)} train "
+             "queries, query encoding included; recall against `gold_in_corpus`.", "",
+             "| mode | first query (s) | p50 top-10 (ms) | p95 top-10 (ms) | p50 top-50 (ms) | recall@10 | recall@50 |",
+             "|---|---|---|---|---|---|---|"]
+    for mode, e in report["modes"].items():
+        lines.append(f"| {mode} | {e['first_query_seconds']:.1f} | {e['latency_top10']['p50_ms']:.1f} | "
+                     f"{e['latency_top10']['p95_ms']:.1f} | {e['latency_top50']['p50_ms']:.1f} | {e['recall@10']:.3f} | {e['recall@50']:.3f} |")
+    t = report["tools"]
+    lines += ["", f"Tools as the agent sees them (keyword engine `{t['engine']}`, semantic `{t['semantic_mode']}`, "
+                  "max_results=10, snippets/abstracts and formatting included): "
+                  f"keyword_search p50 {t['keyword_search']['p50_ms']:.1f} ms / p95 {t['keyword_search']['p95_ms']:.1f} ms; "
+                  f"semantic_search p50 {t['semantic_search']['p50_ms']:.1f} ms / p95 {t['semantic_search']['p95_ms']:.1f} ms."]
+    atomic_write_json(out_dir / "bench_semantic.json", report)
+    atomic_write_text(out_dir / "bench_semantic.md", "\n".join(lines) + "\n")
+    return report
+
+
 def _terms(index: SearchIndex, text: str) -> list[str]:
     return list(dict.fromkeys(index.analyzer.terms(text)))
 
@@ -230,7 +273,14 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--quality-docs", type=int, default=5000)
     s.add_argument("--whoosh-or-sample", type=int, default=20)
     s.add_argument("--out", default=None, help="results folder (default: ARXIVQA_RESULTS_DIR)")
+    m = sub.add_parser("semantic", help="semantic search modes + tool latency on an existing index")
+    m.add_argument("--name", default="full")
+    m.add_argument("--queries", default=None)
+    m.add_argument("--out", default=None)
     a = ap.parse_args(argv)
+    if a.cmd == "semantic":
+        bench_semantic(a.name, a.queries, Path(a.out) if a.out else None)
+        return
     bench_search(a.corpus, a.queries, a.name, tuple(x for x in a.engines.split(",") if x), a.embedder,
                  tuple(x for x in a.compare.split(",") if x), a.quality_docs, a.whoosh_or_sample,
                  Path(a.out) if a.out else None)
