@@ -121,6 +121,7 @@ def test_finish_limits(env):
 def test_unknown_arguments_are_dropped_with_a_note(env):
     out = env._call("semantic_search", {"query": "protein", "colour": "blue", "required": ["query"]})
     assert out.startswith("Note: ignored unknown argument(s) 'colour', 'required'") and "P-" in out
+    assert env.episode.calls[-1].arguments["colour"] == "blue"  # the record keeps what the agent sent
     assert not env.episode.calls[-1].error and env.episode.calls[-1].result_ids
 
 

@@ -87,6 +87,7 @@ def _tool(fn):
         ids: list[str] = []
         # Small models copy schema keys ("required", "type") into the arguments: drop unknown
         # arguments, run the call, and say so in the result.
+        given = kwargs
         extra = sorted(k for k in kwargs if k not in params)
         note = f"Note: ignored unknown argument(s) {', '.join(repr(k) for k in extra)} of {fn.__name__}.\n" if extra else ""
         kwargs = {k: v for k, v in kwargs.items() if k in params}
@@ -103,10 +104,24 @@ def _tool(fn):
             text, error = f"Error: {exc}", True
         except Exception as exc:  # noqa: BLE001 - an environment bug must not kill the rollout
             text, error = f"Error: {fn.__name__} failed: {type(exc).__name__}: {exc}", True
-        self._record(fn.__name__, args, kwargs, text, error, ids, time.perf_counter() - t0)
+        self._record(fn.__name__, args, given, text, error, ids, time.perf_counter() - t0)
         return text
 
     return wrapper
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """One worker pool for the parallel tool calls of every environment in the process (TRL makes
+    one environment per rollout)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="arxivqa-tools")
+        return _POOL
 
 
 class ArxivEnv:
@@ -117,7 +132,6 @@ class ArxivEnv:
         self._index_name = index_name
         self._rng_seed = seed
         self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
         self._turn: int | None = None
         self._episode_no = 0
         self.reset()
@@ -331,9 +345,7 @@ class ArxivEnv:
         finishes = [i for i, (n, _) in enumerate(calls) if n == "finish"]
         done: dict[int, tuple[str, list[ToolCallRecord]]] = {}
         if len(searches) > 1:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="arxivqa-tools")
-            futures = {i: self._pool.submit(self._isolated_call, *calls[i]) for i in searches}
+            futures = {i: _pool().submit(self._isolated_call, *calls[i]) for i in searches}
             done = {i: f.result() for i, f in futures.items()}
         else:
             done = {i: self._isolated_call(*calls[i]) for i in searches}
@@ -352,11 +364,6 @@ class ArxivEnv:
             return self._call(name, arguments), _THREAD.records
         finally:
             _THREAD.records = None
-
-    def _close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
-            self._pool = None
 
 
 _THREAD = threading.local()  # a worker of _run_parallel collects its records here
