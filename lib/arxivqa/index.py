@@ -251,6 +251,12 @@ class Bm25sEngine(KeywordEngine):
     def covers(self, n_docs: int) -> bool:
         return len(self.ids) == n_docs
 
+    @staticmethod
+    def stored_count(folder: Path) -> int | None:
+        """How many papers the bm25s index in ``folder`` holds, without loading it (None: no index)."""
+        meta = Path(folder) / "arxivqa_meta.json"
+        return len(json.loads(meta.read_text())["ids"]) if meta.exists() else None
+
     def search(self, terms: list[str], k: int, min_date: int | None = None) -> list[Hit]:
         vocab = self.retriever.vocab_dict
         terms = [t for t in terms if t in vocab]
@@ -504,7 +510,7 @@ class SearchIndex:
             t0 = time.perf_counter()
             path = self.folder / engine
             if engine == "bm25s":
-                current = path.exists() and Bm25sEngine(path).covers(report.docs)
+                current = Bm25sEngine.stored_count(path) == report.docs
                 if not current:
                     Bm25sEngine.build(path, self.docs.iter_papers(), self.analyzer)
                 report.keyword_built[engine] = not current
