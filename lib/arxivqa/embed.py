@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+from abc import ABC, abstractmethod
 from functools import lru_cache
 from pathlib import Path
 
@@ -26,14 +27,14 @@ DEFAULT_EMBEDDER = "static"
 STATIC_DIR_NAME = "m2v-minilm-l6-256"
 
 
-class Embedder:
+class Embedder(ABC):
     """``encode(texts) -> float32 array (n, dim)``, rows L2-normalised."""
 
     name: str
     dim: int
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        raise NotImplementedError  # interface
+    @abstractmethod
+    def encode(self, texts: list[str]) -> np.ndarray: ...
 
 
 def packaged_minilm_path() -> Path:

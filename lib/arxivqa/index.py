@@ -22,6 +22,7 @@ import shutil
 import sqlite3
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -199,14 +200,17 @@ class DocStore:
 # --------------------------------------------------------------------------- keyword engines
 
 
-class KeywordEngine:
+class KeywordEngine(ABC):
+    """A keyword engine: ranked hits for analysed query terms."""
+
     name: str
 
-    def search(self, terms: list[str], k: int, min_date: int | None = None) -> list[Hit]:
-        raise NotImplementedError  # interface; the engines below implement it
+    @abstractmethod
+    def search(self, terms: list[str], k: int, min_date: int | None = None) -> list[Hit]: ...
 
+    @abstractmethod
     def covers(self, n_docs: int) -> bool:
-        raise NotImplementedError  # interface
+        """Whether the engine holds exactly ``n_docs`` papers."""
 
 
 class Bm25sEngine(KeywordEngine):
