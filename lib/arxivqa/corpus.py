@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import hashlib
-import json
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
