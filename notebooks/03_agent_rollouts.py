@@ -84,7 +84,7 @@ def _(index, mo, pick, trajectories):
         for s in t.steps:
             calls = "\n".join(f"- `{r.name}({r.arguments})`" + (" — **error**" if r.error else f" → {len(r.result_ids)} papers")
                               for r in s.results) or "- (no tool call)"
-            body = mo.vstack([mo.md(f"**Reasoning / raw output:**"), mo.plain_text(s.assistant.raw[:1500]), mo.md(calls),
+            body = mo.vstack([mo.md("**Reasoning / raw output:**"), mo.plain_text(s.assistant.raw[:1500]), mo.md(calls),
                               mo.accordion({f"tool results ({len(s.results)})": mo.plain_text("\n\n".join(r.result[:1500] for r in s.results))})])
             parts.append(mo.accordion({f"turn {s.turn}": body}))
         rows = [{"arxiv_id": pid, "title": papers[pid].title if pid in papers else "?", "gold": pid in gold,

@@ -19,9 +19,6 @@ from pydantic import BaseModel, Field, field_validator
 
 from . import config
 
-# New-style (2504.21318) and old-style (cs/0112017, math.GT/0309136) arXiv identifiers, no version.
-ARXIV_ID_RE = re.compile(r"^(\d{4}\.\d{4,5}|[a-z\-]+(\.[A-Z]{2})?/\d{7})$")
-
 Difficulty = Literal["easy", "medium", "hard"]
 
 
