@@ -124,15 +124,7 @@ def bench_search(corpus: str | None = None, queries_file: str | None = None, nam
     build_s = time.perf_counter() - t0
     report["semantic"] = {"embedder": emb.name, "dim": emb.dim, "model_load_seconds": load_s,
                           "build_seconds": build_s, "docs_per_second": len(papers) / build_s, "modes": {}}
-    for mode in SemanticIndex.SEARCH_MODES:
-        sem = SemanticIndex(folder / "chroma", emb, search_mode=mode)
-        t0 = time.perf_counter()
-        sem.search("warm-up", 10)  # exact mode loads the vectors from chromadb here, once
-        warm = time.perf_counter() - t0
-        lat10, _ = _latency(lambda q, sem=sem: [h.arxiv_id for h in sem.search(q.query, 10)], queries)
-        lat50, rank50 = _latency(lambda q, sem=sem: [h.arxiv_id for h in sem.search(q.query, 50)], queries)
-        report["semantic"]["modes"][mode] = {"first_query_seconds": warm, "latency_top10": lat10,
-                                             "latency_top50": lat50, **_recall(rank50, queries)}
+    report["semantic"]["modes"] = _semantic_modes(folder / "chroma", emb, queries)
     print(f"semantic: {report['semantic']}", flush=True)
 
     # ---- the tools as the agent sees them (default engine, max_results=10)
@@ -172,6 +164,21 @@ def bench_search(corpus: str | None = None, queries_file: str | None = None, nam
     return report
 
 
+def _semantic_modes(folder: Path, embedder, queries: list[Query]) -> dict:
+    """Latency (query encoding included) and recall of each semantic search mode over one chromadb folder."""
+    out = {}
+    for mode in SemanticIndex.SEARCH_MODES:
+        sem = SemanticIndex(folder, embedder, search_mode=mode)
+        t0 = time.perf_counter()
+        sem.search("warm-up", 10)  # exact mode loads the vectors from chromadb here, once
+        warm = time.perf_counter() - t0
+        lat10, _ = _latency(lambda q, sem=sem: [h.arxiv_id for h in sem.search(q.query, 10)], queries)
+        lat50, rank50 = _latency(lambda q, sem=sem: [h.arxiv_id for h in sem.search(q.query, 50)], queries)
+        out[mode] = {"first_query_seconds": warm, "latency_top10": lat10, "latency_top50": lat50, **_recall(rank50, queries)}
+        print(f"semantic {mode}: {out[mode]}", flush=True)
+    return out
+
+
 def bench_semantic(name: str = "full", queries_file: str | None = None, out_dir: Path | None = None) -> dict:
     """Query-time side of an existing index: each semantic search mode (latency, recall) and the
     tools as the agent sees them. Builds nothing; run ``python -m arxivqa.index build`` first."""
@@ -182,16 +189,7 @@ def bench_semantic(name: str = "full", queries_file: str | None = None, out_dir:
     index = open_index(name)
     report: dict = {"machine": _machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "index_name": name,
                     "papers": len(index.docs), "embedder": index.embedder.name, "modes": {}}
-    for mode in SemanticIndex.SEARCH_MODES:
-        sem = SemanticIndex(index.folder / "chroma", index.embedder, search_mode=mode)
-        t0 = time.perf_counter()
-        sem.search("warm-up", 10)
-        warm = time.perf_counter() - t0
-        lat10, _ = _latency(lambda q, sem=sem: [h.arxiv_id for h in sem.search(q.query, 10)], queries)
-        lat50, rank50 = _latency(lambda q, sem=sem: [h.arxiv_id for h in sem.search(q.query, 50)], queries)
-        report["modes"][mode] = {"first_query_seconds": warm, "latency_top10": lat10, "latency_top50": lat50,
-                                 **_recall(rank50, queries)}
-        print(f"{mode}: {report['modes'][mode]}", flush=True)
+    report["modes"] = _semantic_modes(index.folder / "chroma", index.embedder, queries)
     env = ArxivEnv(index, seed=0)
     report["tools"] = {"keyword_search": _latency(lambda q: env.keyword_search(q.query), queries)[0],
                        "semantic_search": _latency(lambda q: env.semantic_search(q.query), queries)[0],

@@ -208,9 +208,7 @@ class KeywordEngine(ABC):
     @abstractmethod
     def search(self, terms: list[str], k: int, min_date: int | None = None) -> list[Hit]: ...
 
-    @abstractmethod
-    def covers(self, n_docs: int) -> bool:
-        """Whether the engine holds exactly ``n_docs`` papers."""
+
 
 
 class Bm25sEngine(KeywordEngine):
@@ -251,9 +249,6 @@ class Bm25sEngine(KeywordEngine):
             folder.rename(old)
         tmp.rename(folder)
         shutil.rmtree(old, ignore_errors=True)
-
-    def covers(self, n_docs: int) -> bool:
-        return len(self.ids) == n_docs
 
     @staticmethod
     def stored_count(folder: Path) -> int | None:
