@@ -88,3 +88,74 @@ def by_title(papers, words: str) -> Paper:
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+# --------------------------------------------------------------------------- LLM endpoints
+
+
+@pytest.fixture(scope="session")
+def llm_server():
+    """A real ``transformers serve`` process serving the packaged Qwen2.5-Coder-0.5B-Instruct on loopback."""
+    from arxivqa.llm import local_server
+    from arxivqa.models import DEFAULT_MODEL
+
+    with local_server(DEFAULT_MODEL) as base_url:
+        yield base_url
+
+
+class ScriptedEndpoint:
+    """A real HTTP server speaking the OpenAI chat-completions protocol on loopback, whose answers come
+    from ``reply(body) -> str | int`` (an int is an HTTP error status). Records every request."""
+
+    def __init__(self, reply):
+        import http.server
+        import threading
+
+        self.reply, self.requests = reply, []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+                content = outer.reply(body)
+                if isinstance(content, int):
+                    self.send_response(content)
+                    self.end_headers()
+                    return
+                data = json.dumps({
+                    "id": f"c{len(outer.requests)}", "object": "chat.completion", "created": 0, "model": body["model"],
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": content}}],
+                    "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def scripted_endpoint():
+    servers = []
+
+    def make(reply):
+        s = ScriptedEndpoint(reply)
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        s.close()

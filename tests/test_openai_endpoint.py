@@ -5,15 +5,13 @@ import pytest
 
 from arxivqa.agent import Agent, Budgets, OpenAIPolicy, tool_schemas
 from arxivqa.corpus import Query
-from arxivqa.llm import local_server
 from arxivqa.models import DEFAULT_MODEL, resolve_model
 from arxivqa.tools import ArxivEnv
 
 
 @pytest.fixture(scope="module")
-def server():
-    with local_server(DEFAULT_MODEL) as base_url:
-        yield base_url
+def server(llm_server):
+    return llm_server
 
 
 def test_chat_with_tools_against_a_real_server(server):

@@ -1,22 +1,132 @@
-"""LLM endpoints. For now: the offline default endpoint, a local OpenAI-compatible server.
+"""The LLM layer: named endpoints, structured output, retries, a persistent cache, accounting.
 
-``local_server()`` starts ``transformers serve`` (the transformers library's own OpenAI-compatible
-server, ``/v1/chat/completions`` with tools) on a free loopback port, serving a packaged chat model
-(default: Qwen2.5-Coder-0.5B-Instruct, prepared by ``arxivqa.models``), waits until it answers, and
-stops it on exit. The same client code then talks to a local vLLM server on a GPU or a hosted API.
+Used by the labeller (``labelling``) and by the rubric judge. One code path for every endpoint:
+**instructor over the ``openai`` client** with pydantic response models.
+
+Endpoints are named in ``configs/endpoints.toml`` (or the file in ``ARXIVQA_ENDPOINTS``)::
+
+    [local]                      # the offline default: no base_url -> the project serves `model` itself
+    model = "qwen2.5-coder-0.5b-instruct"
+    mode = "md_json"
+
+    [vllm-qwen3-8b]              # a vLLM server you started on a GPU (`vllm serve Qwen/Qwen3-8B`)
+    base_url = "http://127.0.0.1:8000/v1"
+    model = "Qwen/Qwen3-8B"
+    mode = "json"
+    concurrency = 16
+
+    ["openai-gpt-4.1-mini"]      # a hosted API; the key is read from the named environment variable
+    base_url = "https://api.openai.com/v1"
+    model = "gpt-4.1-mini"
+    api_key_env = "OPENAI_API_KEY"
+    mode = "tools"
+
+An endpoint without ``base_url`` is **local**: ``open_llm`` starts ``transformers serve`` (the
+transformers library's own OpenAI-compatible server) on a free loopback port, serving the packaged
+model (prepared offline by ``arxivqa.models``), and stops it on ``close()``/exit. To share one server
+between notebooks, run ``make serve`` and set ``ARXIVQA_LOCAL_LLM_URL`` to the URL it prints.
+
+- **Structured output**: ``LLM.structured(messages, ResponseModel)``; instructor validates the answer
+  against the pydantic model and re-asks with the validation error (``max_retries`` attempts, with
+  exponential backoff); transport errors are retried by the ``openai`` client (``transport_retries``).
+  When every attempt fails, ``LLMError`` is raised and counted (``LLM.stats.failures``).
+- **Cache**: sqlite under ``data/cache/`` (``ARXIVQA_CACHE_DIR``), keyed by (endpoint, model, prompt,
+  response schema, sampling settings). A rerun returns cached answers without calling the endpoint, so
+  reruns are free and reproducible. Failures are not cached.
+- **Accounting**: every call is recorded (``LLM.calls``: tokens, seconds, attempts, cached, ok) and
+  summed in ``LLM.stats``.
+- **Secrets**: the API key is read from the environment variable the endpoint names, at client
+  construction; it is never part of a cache key, a record, a log line or a result.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
+import tomllib
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, Field
+
+from .config import REPO_ROOT
+
+T = TypeVar("T", bound=BaseModel)
+
+DEFAULT_ENDPOINT = "local"
+MODES = {"md_json": "MD_JSON", "json": "JSON", "json_schema": "JSON_SCHEMA", "tools": "TOOLS"}
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+class Endpoint(BaseModel):
+    """One named LLM endpoint. ``base_url=None`` means: the project serves ``model`` locally."""
+
+    name: str
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = Field(None, description="name of the environment variable holding the key")
+    mode: Literal["md_json", "json", "json_schema", "tools"] = "md_json"
+    concurrency: int = Field(1, ge=1)
+    timeout: float = Field(300.0, gt=0)
+    max_retries: int = Field(3, ge=1, description="attempts at a valid structured answer")
+    transport_retries: int = Field(4, ge=0, description="openai-client retries of failed requests")
+    temperature: float = 0.0
+    max_tokens: int = 512
+
+    @property
+    def local(self) -> bool:
+        return self.base_url is None
+
+
+def endpoints_file() -> Path:
+    return Path(os.environ.get("ARXIVQA_ENDPOINTS") or REPO_ROOT / "configs" / "endpoints.toml")
+
+
+def load_endpoints(path: str | Path | None = None) -> dict[str, Endpoint]:
+    """Every endpoint of the configuration file, by name (``local`` is always defined)."""
+    path = Path(path) if path else endpoints_file()
+    table: dict[str, dict] = {}
+    if path.exists():
+        with open(path, "rb") as fh:
+            table = tomllib.load(fh)
+    elif path != REPO_ROOT / "configs" / "endpoints.toml":
+        raise FileNotFoundError(f"endpoint configuration {path} does not exist (ARXIVQA_ENDPOINTS)")
+    table.setdefault(DEFAULT_ENDPOINT, {"model": "qwen2.5-coder-0.5b-instruct"})
+    out = {}
+    for name, spec in table.items():
+        try:
+            out[name] = Endpoint(name=name, **spec)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"endpoint [{name}] in {path} is not valid (quote names that contain dots): {exc}") from exc
+    return out
+
+
+def get_endpoint(name: str | Endpoint | None = None) -> Endpoint:
+    """An endpoint by name (default ``ARXIVQA_LLM``, else ``local``)."""
+    if isinstance(name, Endpoint):
+        return name
+    name = name or os.environ.get("ARXIVQA_LLM", DEFAULT_ENDPOINT)
+    eps = load_endpoints()
+    if name not in eps:
+        raise KeyError(f"unknown LLM endpoint {name!r}; configured: {sorted(eps)} (in {endpoints_file()})")
+    return eps[name]
+
+
+# --------------------------------------------------------------------------- the local server
 
 
 def _free_port() -> int:
@@ -25,40 +135,335 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class LocalServer:
+    """``transformers serve`` for one model on loopback; ``start()`` waits until it answers."""
+
+    def __init__(self, model: str | None = None, port: int | None = None, log_path: str | Path | None = None) -> None:
+        from .models import resolve_model
+
+        self.path = resolve_model(model)
+        self.port = port or _free_port()
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, startup_timeout: float = 300.0) -> str:
+        cli = Path(sys.executable).with_name("transformers")
+        cmd = [str(cli), "serve", self.path, "--host", "127.0.0.1", "--port", str(self.port)]
+        env = dict(os.environ, HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"))
+        self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"`{' '.join(cmd)}` exited with code {self.proc.returncode} before it was ready")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self.base_url
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"local server not ready after {startup_timeout:.0f} s")
+            time.sleep(1.0)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        if self._log not in (None, subprocess.DEVNULL):
+            self._log.close()
+        self._log = None
+
+
 @contextlib.contextmanager
 def local_server(model: str | None = None, port: int | None = None, startup_timeout: float = 300.0,
                  log_path: str | Path | None = None) -> Iterator[str]:
     """Serve ``model`` (a packaged name, local folder or hub ID) at ``http://127.0.0.1:<port>/v1``;
     yields that base URL. The server's output goes to ``log_path`` (default: discarded)."""
-    from .models import resolve_model
-
-    path = resolve_model(model)
-    port = port or _free_port()
-    cli = Path(sys.executable).with_name("transformers")
-    cmd = [str(cli), "serve", path, "--host", "127.0.0.1", "--port", str(port)]
-    env = dict(os.environ, HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"))
-    log = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    server = LocalServer(model, port, log_path)
     try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"`{' '.join(cmd)}` exited with code {proc.returncode} before it was ready")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"local server not ready after {startup_timeout:.0f} s")
-            time.sleep(1.0)
-        yield f"http://127.0.0.1:{port}/v1"
+        yield server.start(startup_timeout)
     finally:
-        proc.terminate()
+        server.stop()
+
+
+# --------------------------------------------------------------------------- cache and accounting
+
+
+def cache_dir() -> Path:
+    value = os.environ.get("ARXIVQA_CACHE_DIR")
+    return Path(value).expanduser().resolve() if value else REPO_ROOT / "data" / "cache"
+
+
+class ResponseCache:
+    """Validated structured answers in sqlite, keyed by a hash of (endpoint, model, prompt, schema, settings)."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path else cache_dir() / "llm.sqlite"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        with self._connect() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, endpoint TEXT, model TEXT, "
+                       "response TEXT, prompt_tokens INTEGER, completion_tokens INTEGER, created REAL)")
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30)
+
+    @staticmethod
+    def key(endpoint: Endpoint, messages: Sequence[dict], schema: dict, **settings: Any) -> str:
+        payload = {"endpoint": endpoint.name, "model": endpoint.model, "messages": list(messages),
+                   "schema": schema, "settings": settings}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+    def get(self, key: str) -> tuple[str, int, int] | None:
+        with self._lock, contextlib.closing(self._connect()) as db:
+            row = db.execute("SELECT response, prompt_tokens, completion_tokens FROM responses WHERE key = ?",
+                             (key,)).fetchone()
+        return tuple(row) if row else None
+
+    def put(self, key: str, endpoint: Endpoint, response: str, prompt_tokens: int, completion_tokens: int) -> None:
+        with self._lock, contextlib.closing(self._connect()) as db, db:
+            db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (key, endpoint.name, endpoint.model, response, prompt_tokens, completion_tokens, time.time()))
+
+    def __len__(self) -> int:
+        with contextlib.closing(self._connect()) as db:
+            return db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+
+class CallRecord(BaseModel):
+    endpoint: str
+    model: str
+    response_model: str
+    ok: bool
+    cached: bool
+    attempts: int = 0  # requests sent (0 for a cache hit)
+    parse_errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    error: str = ""
+
+
+@dataclass
+class Stats:
+    calls: int = 0
+    cache_hits: int = 0
+    requests: int = 0
+    parse_errors: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+    def add(self, rec: CallRecord) -> None:
+        self.calls += 1
+        self.cache_hits += rec.cached
+        self.requests += rec.attempts
+        self.parse_errors += rec.parse_errors
+        self.failures += not rec.ok
+        self.prompt_tokens += rec.prompt_tokens
+        self.completion_tokens += rec.completion_tokens
+        self.seconds += rec.seconds
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+class LLMError(RuntimeError):
+    """Every attempt at a valid structured answer failed (the message says why; it never holds the key)."""
+
+
+# --------------------------------------------------------------------------- the client
+
+
+@dataclass
+class LLM:
+    """A structured-output client for one endpoint. Build with ``open_llm``."""
+
+    endpoint: Endpoint
+    base_url: str | None = None
+    cache: ResponseCache | None = None
+    calls: list[CallRecord] = field(default_factory=list)
+    stats: Stats = field(default_factory=Stats)
+    _server: LocalServer | None = None
+
+    def __post_init__(self) -> None:
+        import instructor
+        from openai import OpenAI
+
+        ep = self.endpoint
+        key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
+        if ep.api_key_env and not key:
+            raise LLMError(f"endpoint {ep.name!r} needs an API key in the environment variable {ep.api_key_env}")
+        self.base_url = self.base_url or ep.base_url
+        raw = OpenAI(base_url=self.base_url, api_key=key or "no-key-needed-for-a-local-server",
+                     timeout=ep.timeout, max_retries=ep.transport_retries)
+        self._client = instructor.from_openai(raw, mode=getattr(instructor.Mode, MODES[ep.mode]))
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return f"{self.endpoint.name} ({self.endpoint.model})"
+
+    def structured(self, messages: Sequence[dict], response_model: type[T], *, max_tokens: int | None = None,
+                   temperature: float | None = None, use_cache: bool = True) -> T:
+        """One validated answer of type ``response_model``; from the cache when this exact request was
+        answered before. Raises ``LLMError`` when every attempt fails."""
+        from instructor.core.hooks import Hooks
+        from tenacity import Retrying, stop_after_attempt, wait_exponential
+
+        ep = self.endpoint
+        max_tokens = max_tokens or ep.max_tokens
+        temperature = ep.temperature if temperature is None else temperature
+        key = ResponseCache.key(ep, messages, response_model.model_json_schema(), max_tokens=max_tokens,
+                                temperature=temperature, mode=ep.mode)
+        rec = CallRecord(endpoint=ep.name, model=ep.model, response_model=response_model.__name__, ok=True,
+                         cached=False)
+        t0 = time.perf_counter()
+        if use_cache and self.cache is not None and (hit := self.cache.get(key)) is not None:
+            rec.cached, rec.prompt_tokens, rec.completion_tokens = True, hit[1], hit[2]
+            self._record(rec, t0)
+            return response_model.model_validate_json(hit[0])
+
+        hooks = Hooks()
+
+        def on_response(resp: Any) -> None:
+            rec.attempts += 1
+            usage = getattr(resp, "usage", None)
+            rec.prompt_tokens += getattr(usage, "prompt_tokens", 0) or 0
+            rec.completion_tokens += getattr(usage, "completion_tokens", 0) or 0
+
+        def on_parse_error(_exc: Exception) -> None:
+            rec.parse_errors += 1
+
+        hooks.on("completion:response", on_response)
+        hooks.on("parse:error", on_parse_error)
+        retrying = Retrying(stop=stop_after_attempt(ep.max_retries), wait=wait_exponential(multiplier=0.5, max=8),
+                            reraise=True)
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        if log is not subprocess.DEVNULL:
-            log.close()
+            out = self._client.chat.completions.create(model=self._served_model(), messages=list(messages),
+                                                       response_model=response_model, max_retries=retrying,
+                                                       max_tokens=max_tokens, temperature=temperature, hooks=hooks)
+        except Exception as exc:  # noqa: BLE001 - reported as LLMError, counted
+            rec.ok, rec.error = False, f"{type(exc).__name__}: {str(exc)[:300]}"
+            self._record(rec, t0)
+            raise LLMError(f"{ep.name}: no valid {response_model.__name__} after {rec.attempts} request(s): "
+                           f"{rec.error}") from exc
+        if self.cache is not None:
+            self.cache.put(key, ep, out.model_dump_json(), rec.prompt_tokens, rec.completion_tokens)
+        self._record(rec, t0)
+        return out
+
+    def map(self, requests: Sequence[tuple[Sequence[dict], type[T]]], desc: str | None = None,
+            **kwargs: Any) -> list[T | LLMError]:
+        """Many ``structured`` calls with at most ``endpoint.concurrency`` in flight; results in request
+        order, an ``LLMError`` in place of each failed one (never dropped)."""
+        from tqdm.auto import tqdm
+
+        def one(req: tuple[Sequence[dict], type[T]]) -> T | LLMError:
+            try:
+                return self.structured(req[0], req[1], **kwargs)
+            except LLMError as exc:
+                return exc
+
+        with ThreadPoolExecutor(self.endpoint.concurrency) as pool:
+            it = pool.map(one, requests)
+            return list(tqdm(it, total=len(requests), desc=desc, disable=desc is None, leave=False))
+
+    def _served_model(self) -> str:
+        if self.endpoint.local:  # transformers serve names the model by the folder it loads
+            from .models import resolve_model
+
+            return resolve_model(self.endpoint.model)
+        return self.endpoint.model
+
+    def _record(self, rec: CallRecord, t0: float) -> None:
+        rec.seconds = time.perf_counter() - t0
+        with self._lock:
+            self.calls.append(rec)
+            self.stats.add(rec)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_llm(endpoint: str | Endpoint | None = None, *, cache: ResponseCache | None | Literal[False] = None,
+             log_path: str | Path | None = None) -> LLM:
+    """A client for the named endpoint (default ``ARXIVQA_LLM`` or ``local``). A local endpoint gets a
+    server: the one at ``ARXIVQA_LOCAL_LLM_URL`` if set, else one started now and stopped by
+    ``close()`` (use ``with open_llm() as llm:``). ``cache=False`` turns the cache off."""
+    import atexit
+
+    ep = get_endpoint(endpoint)
+    cache = None if cache is False else (cache or ResponseCache())
+    server = None
+    base_url = ep.base_url
+    if ep.local:
+        base_url = os.environ.get("ARXIVQA_LOCAL_LLM_URL")
+        if not base_url:
+            server = LocalServer(ep.model, log_path=log_path)
+            base_url = server.start()
+            atexit.register(server.stop)
+    llm = LLM(ep, base_url=base_url, cache=cache)
+    llm._server = server
+    return llm
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m arxivqa.llm serve [--endpoint local] [--port N]`` — run the local server in the
+    foreground (share it with ``ARXIVQA_LOCAL_LLM_URL``); ``python -m arxivqa.llm list``."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m arxivqa.llm", description=main.__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("--endpoint", default=None)
+    s.add_argument("--port", type=int, default=8321)
+    sub.add_parser("list")
+    args = p.parse_args(argv)
+    if args.cmd == "list":
+        for ep in load_endpoints().values():
+            where = ep.base_url or "local (served by the project)"
+            key = f", key from ${ep.api_key_env}" if ep.api_key_env else ""
+            print(f"{ep.name:24s} {ep.model:32s} {where}{key}")
+        return
+    ep = get_endpoint(args.endpoint)
+    if not ep.local:
+        raise SystemExit(f"endpoint {ep.name!r} is remote ({ep.base_url}); nothing to serve")
+    server = LocalServer(ep.model, port=args.port)
+    url = server.start()
+    print(f"serving {ep.model} at {url}\nexport ARXIVQA_LOCAL_LLM_URL={url}", flush=True)
+    try:
+        server.proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
+
+
+__all__ = ["Endpoint", "LLM", "LLMError", "LocalServer", "ResponseCache", "CallRecord", "Stats", "open_llm",
+           "local_server", "load_endpoints", "get_endpoint"]
+
