@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -82,5 +83,81 @@ def agent_vs_baselines(per_query: pd.DataFrame, title: str = ""):
     axes[1].set(ylabel="", title="Tool calls per episode")
     if title:
         fig.suptitle(title, y=1.03)
+    fig.tight_layout()
+    return fig
+
+
+def labeller_agreement(summary: pd.DataFrame, title: str = ""):
+    """Precision / recall / candidate recall of the labeller against the given gold, per difficulty."""
+    long = summary.melt(id_vars=["difficulty", "n"], value_vars=["precision", "recall", "candidate_recall"],
+                        var_name="metric", value_name="value")
+    long["group"] = long["difficulty"] + " (n=" + long["n"].astype(str) + ")"
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    sns.barplot(data=long, x="group", y="value", hue="metric", ax=ax)
+    ax.set(xlabel="", ylabel="share", ylim=(0, 1), title=title or "Labeller vs. given gold")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def triage_confusion(frame: pd.DataFrame, title: str = ""):
+    """Given vs. predicted difficulty (queries with a given difficulty)."""
+    levels = ["easy", "medium", "hard"]
+    rated = frame.dropna(subset=["given"])
+    table = pd.crosstab(pd.Categorical(rated["given"], levels), pd.Categorical(rated["predicted"], levels),
+                        dropna=False).reindex(index=levels, columns=levels, fill_value=0)
+    fig, ax = plt.subplots(figsize=(4.2, 3.6))
+    sns.heatmap(table, annot=True, fmt="d", cmap="Blues", cbar=False, ax=ax)
+    ax.set(xlabel="predicted", ylabel="given", title=title or "Difficulty triage")
+    fig.tight_layout()
+    return fig
+
+
+def training_curves(log: pd.DataFrame, title: str = "", keys: Sequence[str] | None = None):
+    """TRL's per-step logs: reward, entropy, KL, tool-call frequency (whatever of them the run logged)."""
+    keys = [k for k in (keys or ("reward", "entropy", "kl", "tools/call_frequency")) if k in log and log[k].notna().any()]
+    fig, axes = plt.subplots(1, max(1, len(keys)), figsize=(3.4 * max(1, len(keys)), 3.0), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        sns.lineplot(data=log, x="step", y=key, marker="o", ax=ax)
+        ax.set(title=key, ylabel="")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def tool_calls_per_rollout(frame: pd.DataFrame, title: str = ""):
+    """The distribution of tool calls per rollout at each step (not only the mean)."""
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    sns.boxplot(data=frame, x="step", y="tool_calls", color="#cfe0f3", fliersize=0, ax=ax)
+    sns.stripplot(data=frame, x="step", y="tool_calls", size=3, color="#2a5783", alpha=0.6, ax=ax)
+    ax.set(ylabel="tool calls per rollout", title=title or "Tool calls per rollout")
+    fig.tight_layout()
+    return fig
+
+
+def failure_mode_rates(summary: pd.DataFrame, title: str = ""):
+    """Per step: the share of rollouts showing each failure mode, and of single keyword + semantic rollouts."""
+    cols = [c for c in summary.columns if c.startswith("fm_") and c.endswith("_rate")] + ["single_kw_single_sem_rate"]
+    long = summary.melt(id_vars=["step"], value_vars=cols, var_name="measure", value_name="share")
+    long["measure"] = long["measure"].str.removeprefix("fm_").str.removesuffix("_rate")
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    sns.lineplot(data=long, x="step", y="share", hue="measure", marker="o", ax=ax)
+    ax.set(ylim=(-0.02, 1.02), title=title or "Failure modes per step")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1, 0.5))
+    fig.tight_layout()
+    return fig
+
+
+def step_time(timing: pd.DataFrame, title: str = ""):
+    """Mean seconds per step spent in generation (model), tools, reward, and the update."""
+    parts = ["generation_model", "tools", "reward", "update"]
+    means = timing[parts].mean()
+    fig, ax = plt.subplots(figsize=(6, 2.4))
+    left = 0.0
+    for part, color in zip(parts, sns.color_palette("deep", len(parts))):
+        ax.barh([0], [means[part]], left=left, color=color, label=f"{part} {means[part]:.1f} s")
+        left += means[part]
+    ax.set(yticks=[], xlabel="seconds per step (mean)", title=title or "Where the step time goes")
+    ax.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.35))
     fig.tight_layout()
     return fig
