@@ -6,6 +6,7 @@
 | index directory    | ``ARXIVQA_INDEX_DIR`` | ``<repo>/data/index``           |
 | results directory  | ``ARXIVQA_RESULTS_DIR`` | ``<repo>/results``            |
 | model directory    | ``ARXIVQA_MODELS_DIR``| ``<repo>/data/models``          |
+| training runs      | ``ARXIVQA_RUNS_DIR``  | ``<repo>/data/runs``            |
 | scale              | ``ARXIVQA_SCALE``     | ``demo`` (or ``full``)          |
 | demo corpus size   | ``ARXIVQA_DEMO_PAPERS`` | ``20000``                     |
 | keyword engine     | ``ARXIVQA_KEYWORD_ENGINE`` | ``bm25s`` (or ``whoosh``)  |
@@ -48,6 +49,11 @@ def results_dir() -> Path:
 def models_dir() -> Path:
     """Where derived local models (e.g. the distilled static embedder) are kept (``ARXIVQA_MODELS_DIR``)."""
     return _path("ARXIVQA_MODELS_DIR", REPO_ROOT / "data" / "models")
+
+
+def runs_dir() -> Path:
+    """Where training runs keep checkpoints, rollouts and logs (``ARXIVQA_RUNS_DIR``); git-ignored by default."""
+    return _path("ARXIVQA_RUNS_DIR", REPO_ROOT / "data" / "runs")
 
 
 SCALES = ("demo", "full")

@@ -127,8 +127,15 @@ def _pool() -> ThreadPoolExecutor:
 class ArxivEnv:
     """Tools over one search index, one episode at a time (see module docstring)."""
 
-    def __init__(self, index: SearchIndex | None = None, index_name: str | None = None, seed: int | None = None) -> None:
+    def __init__(self, index: SearchIndex | None = None, index_name: str | None = None, seed: int | None = None,
+                 result_cap: int | None = None, abstract_chars: int = ABSTRACT_CHARS,
+                 snippet_chars: int = SNIPPET_CHARS, max_snippets: int = MAX_SNIPPETS) -> None:
+        """``result_cap`` (at most this many hits per search, whatever the agent asks), ``abstract_chars``,
+        ``snippet_chars`` and ``max_snippets`` shrink what a search shows: training on a CPU uses a compact
+        view because tool output counts against the completion budget."""
         self._index = index
+        self._result_cap, self._abstract_chars = result_cap, abstract_chars
+        self._snippet_chars, self._max_snippets = snippet_chars, max_snippets
         self._index_name = index_name
         self._rng_seed = seed
         self._lock = threading.Lock()
@@ -203,11 +210,10 @@ class ArxivEnv:
             raise ToolError(f"the query is {len(q)} characters long; the limit is {MAX_QUERY_CHARS}")
         return q
 
-    @staticmethod
-    def _check_k(max_results: int) -> int:
+    def _check_k(self, max_results: int) -> int:
         if not 1 <= max_results <= MAX_RESULTS_CAP:
             raise ToolError(f"max_results must be between 1 and {MAX_RESULTS_CAP}, got {max_results}")
-        return max_results
+        return min(max_results, self._result_cap or max_results)
 
     @staticmethod
     def _check_date(min_date: str | None) -> int | None:
@@ -250,7 +256,8 @@ class ArxivEnv:
         analyzer = self.index.analyzer
         return self._format_hits(
             "keyword", q, hits,
-            lambda p: [f"snippet: {s}" for s in snippets(p.text.replace("\n", ". "), terms, analyzer, MAX_SNIPPETS, SNIPPET_CHARS)],
+            lambda p: [f"snippet: {s}" for s in snippets(p.text.replace("\n", ". "), terms, analyzer, self._max_snippets,
+                                                             self._snippet_chars)],
         )
 
     @_tool
@@ -268,7 +275,8 @@ class ArxivEnv:
 
         def body(p):
             a = p.abstract
-            return ["abstract: " + (a if len(a) <= ABSTRACT_CHARS else a[:ABSTRACT_CHARS].rsplit(" ", 1)[0] + " …")]
+            n = self._abstract_chars
+            return ["abstract: " + (a if len(a) <= n else a[:n].rsplit(" ", 1)[0] + " …")]
 
         return self._format_hits("semantic", q, hits, body)
 

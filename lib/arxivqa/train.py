@@ -1,0 +1,469 @@
+"""GRPO training of the retrieval agent: TRL's ``GRPOTrainer`` with the tools environment, LoRA, two rewards.
+
+    python -m arxivqa.train --preset cpu-demo --reward rlvr --out runs/rlvr-demo     # CPU, packaged 0.5B
+    python -m arxivqa.train --preset paper --reward rar --out runs/rar-paper          # one GPU, Qwen3-8B
+
+- **Environment**: ``environment_factory`` = ``ArxivEnv`` over the index (one instance per rollout; TRL
+  exposes its public methods as tools, runs the calls the model makes, and masks tool tokens out of
+  the loss). A compact tool view (``tool_max_results``, ``tool_abstract_chars``) keeps tool output
+  within the completion budget on a CPU.
+- **Rewards**: ``rlvr`` (``rewards.rlvr_reward``: recall over all tool results − redundancy + multi-turn
+  bonus, behind the four gates) or ``rar`` (the rubric judge, ``judge``). Each rollout is rebuilt as a
+  ``Trajectory`` from TRL's completion messages and the environment's records, scored, and kept with
+  its reward components in ``<out>/rollouts.jsonl`` for the collapse diagnostics; the component means
+  go into TRL's logs (``log_metric``).
+- **Presets**: ``paper`` (the seed's hyper-parameters: lr 1e-6, 8 prompts × 8 generations, 4 update
+  epochs, KL β 0.02, clip ε 0.2 / 0.28, Qwen3-8B, Unsloth + vLLM on a GPU) and ``cpu-demo`` (the same
+  algorithm, sized for 2 CPU cores: the packaged Qwen2.5-Coder-0.5B-Instruct, 1 prompt × 4 generations,
+  LoRA r 8, short completions, a higher learning rate so 20 LoRA steps move at all). Any field can be
+  overridden (``--set key=value``).
+- **GPU path** (``gpu=True``, the ``paper`` preset): ``unsloth.FastLanguageModel`` loads the model with
+  LoRA and vLLM rollouts (``fast_inference=True``); unsloth is imported only then, before
+  transformers/trl/peft (install ``requirements-gpu.txt``). The CPU path is plain TRL + PEFT.
+- **Outputs** in ``<out>``: ``config.json``, ``metrics.jsonl`` (TRL's log per step), ``rollouts.jsonl``,
+  ``timing.jsonl`` (per step: generation incl. tools, tool time, reward time, update = the rest),
+  ``checkpoint-N/`` (``save_steps``); ``--resume`` continues from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .agent import SYSTEM_PROMPT, AssistantTurn, Step, ToolCall, ToolResult, Trajectory
+from .corpus import Query
+from .files import atomic_write_json, atomic_write_text
+from .rewards import RewardConfig, rlvr_reward
+
+DIFFICULTY_ORDER = {"easy": 0, "medium": 1, None: 1, "hard": 2}
+
+
+class TrainConfig(BaseModel):
+    """Everything a training run depends on; saved as ``config.json`` next to its outputs."""
+
+    preset: str = "cpu-demo"
+    reward: Literal["rlvr", "rar"] = "rlvr"
+    model: str = "qwen2.5-coder-0.5b-instruct"  # a packaged name, local folder or hub ID
+    # GRPO (names follow TRL's GRPOConfig)
+    learning_rate: float = 5e-5
+    prompts_per_step: int = 1
+    num_generations: int = 4
+    num_iterations: int = 1  # update epochs per generation batch (the seed: 4)
+    beta: float = 0.02  # KL coefficient
+    epsilon: float = 0.2
+    epsilon_high: float = 0.28
+    temperature: float = 1.0
+    max_steps: int = 20
+    max_completion_length: int = 384  # generated + tool tokens per rollout
+    max_tool_calling_iterations: int = 3
+    # LoRA
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    # data
+    queries: str | None = None  # query file (default: the data folder's queries_train.jsonl)
+    split: Literal["train", "dev", "all"] = "train"
+    limit: int | None = None
+    curriculum: Literal["uniform", "easy-to-hard"] = "uniform"
+    index: str | None = None  # index name or folder (default: the scale's index)
+    tool_max_results: int = 5
+    tool_abstract_chars: int = 240
+    # reward settings
+    rewards: RewardConfig = Field(default_factory=RewardConfig)
+    judge_endpoint: str | None = None  # rar: an endpoint of configs/endpoints.toml (default: local)
+    judge_rubric: Literal["global", "query"] = "global"
+    # run
+    seed: int = 0
+    save_steps: int = 10
+    gpu: bool = False
+    use_vllm: bool = False
+    gradient_checkpointing: bool = False
+    max_seq_length: int = 4096  # GPU path (unsloth)
+    gpu_memory_utilization: float = 0.6
+    threads: int | None = None
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "cpu-demo": {},
+    "paper": dict(model="Qwen/Qwen3-8B", learning_rate=1e-6, prompts_per_step=8, num_generations=8, num_iterations=4,
+                  beta=0.02, epsilon=0.2, epsilon_high=0.28, max_steps=250 * 24, max_completion_length=8192,
+                  max_tool_calling_iterations=10, lora_r=64, lora_alpha=128, tool_max_results=10,
+                  tool_abstract_chars=600, gpu=True, use_vllm=True, gradient_checkpointing=True, max_seq_length=16384,
+                  save_steps=50),
+}
+# paper: 250 epochs over the seed's ~200 training queries at 8 prompts per step = 6,250 steps; here
+# 250 × ceil(134 train queries / 8 = 17) ≈ 4,250 — max_steps is set generously and is a setting.
+
+
+def preset(name: str, **overrides: Any) -> TrainConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    return TrainConfig(preset=name, **{**PRESETS[name], **overrides})
+
+
+# --------------------------------------------------------------------------- data
+
+
+def order_queries(queries: Sequence[Query], curriculum: str, seed: int = 0) -> list[Query]:
+    """``uniform``: as given (the trainer shuffles); ``easy-to-hard``: easy, then medium (and unrated),
+    then hard, shuffled within each stage by ``seed`` (the trainer must then not shuffle)."""
+    import random
+
+    if curriculum == "uniform":
+        return list(queries)
+    if curriculum != "easy-to-hard":
+        raise ValueError(f"unknown curriculum {curriculum!r}")
+    rng = random.Random(seed)
+    stages: dict[int, list[Query]] = {}
+    for q in queries:
+        stages.setdefault(DIFFICULTY_ORDER.get(q.difficulty, 1), []).append(q)
+    out = []
+    for k in sorted(stages):
+        stage = list(stages[k])
+        rng.shuffle(stage)
+        out += stage
+    return out
+
+
+def load_training_queries(cfg: TrainConfig) -> list[Query]:
+    from .corpus import load_queries, split_queries
+    from .evaluate import scorable
+
+    queries = load_queries(cfg.queries)
+    if cfg.split != "all":
+        dev, train = split_queries(queries)
+        queries = train if cfg.split == "train" else dev
+    queries = scorable(queries)  # a query without gold in the corpus gives no recall signal
+    queries = order_queries(queries, cfg.curriculum, cfg.seed)
+    return queries[: cfg.limit] if cfg.limit else queries
+
+
+def build_dataset(queries: Sequence[Query], system_prompt: str = SYSTEM_PROMPT):
+    """Rows for GRPOTrainer: a chat ``prompt`` plus the columns ``ArxivEnv.reset`` and the rewards read."""
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": [{"role": "system", "content": system_prompt},
+                                          {"role": "user", "content": q.query}],
+                               "qid": q.qid, "query": q.query, "gold_in_corpus": list(q.gold_in_corpus),
+                               "difficulty": q.difficulty or ""} for q in queries])
+
+
+# --------------------------------------------------------------------------- rollouts -> trajectories
+
+
+def rollout_trajectory(row: dict[str, Any], completion: Sequence[dict], env, completion_tokens: int = 0,
+                       policy: str = "grpo") -> Trajectory:
+    """Rebuild a ``Trajectory`` from TRL's completion messages (assistant turns and tool messages) and the
+    environment's call records (real arXiv IDs per result). TRL runs a turn's calls in order, so the
+    records line up with the tool messages; a call TRL could not run (unknown tool, bad arguments)
+    has no record and becomes an error result."""
+    records = list(env.episode.calls)
+    traj = Trajectory(qid=str(row.get("qid", "")), query=str(row.get("query", "")),
+                      difficulty=row.get("difficulty") or None, gold_in_corpus=list(row.get("gold_in_corpus") or []),
+                      policy=policy, completion_tokens=completion_tokens)
+    ri = 0
+    for msg in completion:
+        role = msg.get("role")
+        if role == "assistant":
+            calls = []
+            for tc in msg.get("tool_calls") or []:
+                fn = tc.get("function", tc)
+                calls.append(ToolCall(name=str(fn.get("name", "")), arguments=fn.get("arguments", {})))
+            text = msg.get("content") or ""
+            text = text if isinstance(text, str) else json.dumps(text)
+            traj.steps.append(Step(turn=len(traj.steps) + 1, assistant=AssistantTurn(text=text, raw=text,
+                                                                                     tool_calls=calls)))
+        elif role == "tool" and traj.steps:
+            content = msg.get("content")
+            content = content if isinstance(content, str) else json.dumps(content)
+            rec = records[ri] if ri < len(records) and records[ri].name == msg.get("name") else None
+            step = traj.steps[-1]
+            call_id = step.assistant.tool_calls[len(step.results)].id if len(step.results) < len(
+                step.assistant.tool_calls) else f"call_{len(step.results)}"
+            if rec is not None:
+                ri += 1
+                step.results.append(ToolResult(call_id=call_id, name=rec.name, arguments=rec.arguments, result=content,
+                                               error=rec.error, result_ids=rec.result_ids, seconds=rec.seconds))
+            else:
+                step.results.append(ToolResult(call_id=call_id, name=str(msg.get("name", "")), result=content,
+                                               error=True))
+    traj.submitted = env.episode.submitted
+    traj.tool_seconds = sum(r.seconds for r in traj.tool_results)
+    if env.episode.finished:
+        traj.stop_reason = "finished"
+    elif traj.steps and traj.steps[-1].assistant.tool_calls:
+        traj.stop_reason = "budget"  # TRL stopped the loop (iterations or completion length)
+    else:
+        traj.stop_reason = "no_tool_call"
+    return traj
+
+
+class RolloutLog:
+    """Every scored rollout of a run, with its step and reward components, in ``rollouts.jsonl``."""
+
+    def __init__(self, path: Path, keep_until_step: int | None = None) -> None:
+        self.path = path
+        self.rows: list[dict] = []
+        if path.exists() and keep_until_step is not None:  # resuming: drop what the checkpoint did not keep
+            self.rows = [r for r in load_rollouts(path) if r["step"] <= keep_until_step]
+
+    def add(self, step: int, traj: Trajectory, components: dict[str, float]) -> None:
+        self.rows.append({"step": step, "reward": components, "trajectory": traj.model_dump(mode="json")})
+
+    def flush(self) -> None:
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
+
+
+def load_rollouts(path: str | Path) -> list[dict]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def rollout_trajectories(rows: Sequence[dict]) -> list[tuple[int, Trajectory]]:
+    return [(r["step"], Trajectory.model_validate(r["trajectory"])) for r in rows]
+
+
+# --------------------------------------------------------------------------- reward functions for TRL
+
+
+class StepClock:
+    """Per-step wall time split into generation (TRL's rollout loop, tools included), tools, rewards, update."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = {}
+        self.rows: list[dict] = []
+
+    def add(self, key: str, seconds: float) -> None:
+        self.current[key] = self.current.get(key, 0.0) + seconds
+
+
+def make_reward_func(cfg: TrainConfig, log: RolloutLog, clock: StepClock, scorer: Callable | None = None) -> Callable:
+    """The reward function TRL calls with the batch: rebuilds each rollout, scores it (``rlvr`` or the
+    given ``scorer`` returning (total, components)), logs component means, and records the rollouts."""
+
+    def score(traj: Trajectory) -> tuple[float, dict[str, float]]:
+        if scorer is not None:
+            return scorer(traj)
+        b = rlvr_reward(traj, cfg.rewards)
+        return b.total, b.components()
+
+    def reward(prompts, completions, environments=None, completion_ids=None, trainer_state=None, log_metric=None,
+               **columns) -> list[float]:
+        t0 = time.perf_counter()
+        step = (trainer_state.global_step + 1) if trainer_state is not None else 0
+        totals, comps = [], []
+        trajs = []
+        for i, completion in enumerate(completions):
+            row = {k: columns[k][i] for k in ("qid", "query", "gold_in_corpus", "difficulty") if k in columns}
+            n_tokens = len(completion_ids[i]) if completion_ids is not None else 0
+            trajs.append(rollout_trajectory(row, completion, environments[i], n_tokens, policy=cfg.model))
+        if scorer is not None and hasattr(scorer, "batch"):
+            scored = scorer.batch(trajs)
+        else:
+            scored = [score(t) for t in trajs]
+        for traj, (total, components) in zip(trajs, scored):
+            totals.append(float(total))
+            comps.append(components)
+            log.add(step, traj, components)
+        log.flush()
+        if log_metric is not None and comps:
+            for key in comps[0]:
+                vals = [c[key] for c in comps if key in c]
+                log_metric(f"{cfg.reward}/{key}", sum(vals) / len(vals))
+            log_metric("rollout/tool_calls", sum(len(t.tool_results) for t in trajs) / len(trajs))
+        clock.add("tools", sum(t.tool_seconds for t in trajs))
+        clock.add("reward", time.perf_counter() - t0)
+        return totals
+
+    reward.__name__ = cfg.reward
+    return reward
+
+
+# --------------------------------------------------------------------------- model loading
+
+
+def gpu_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def load_unsloth(cfg: TrainConfig):
+    """``(model, tokenizer)`` from unsloth with LoRA attached (GPU only; import unsloth first)."""
+    if not gpu_available():
+        raise RuntimeError("the GPU path needs a CUDA GPU (and `pip install -r requirements-gpu.txt`); "
+                           "on a CPU use the cpu-demo preset (gpu=false)")
+    late = [m for m in ("transformers", "trl", "peft") if m in sys.modules]
+    if late:
+        print(f"warning: {late} imported before unsloth; unsloth patches them best when imported first",
+              file=sys.stderr)
+    from unsloth import FastLanguageModel  # noqa: PLC0415 - lazy on purpose: GPU-only dependency
+
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=cfg.model, max_seq_length=cfg.max_seq_length, load_in_4bit=False, fast_inference=cfg.use_vllm,
+        max_lora_rank=cfg.lora_r, gpu_memory_utilization=cfg.gpu_memory_utilization)
+    model = FastLanguageModel.get_peft_model(
+        model, r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+        target_modules=cfg.lora_targets + ["gate_proj", "up_proj", "down_proj"],
+        use_gradient_checkpointing="unsloth" if cfg.gradient_checkpointing else False, random_state=cfg.seed)
+    return model, tokenizer
+
+
+def lora_config(cfg: TrainConfig):
+    from peft import LoraConfig
+
+    return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=cfg.lora_targets, task_type="CAUSAL_LM")
+
+
+def grpo_args(cfg: TrainConfig, out: Path) -> dict[str, Any]:
+    """The GRPOConfig keyword arguments of a run (kept as a dict so it is inspectable without TRL)."""
+    args = dict(
+        output_dir=str(out), learning_rate=cfg.learning_rate,
+        per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,  # counts completions
+        gradient_accumulation_steps=1, num_generations=cfg.num_generations, num_iterations=cfg.num_iterations,
+        beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, temperature=cfg.temperature,
+        max_completion_length=cfg.max_completion_length, max_tool_calling_iterations=cfg.max_tool_calling_iterations,
+        max_steps=cfg.max_steps, logging_steps=1, save_strategy="steps", save_steps=cfg.save_steps,
+        seed=cfg.seed, data_seed=cfg.seed, report_to="none", shuffle_dataset=cfg.curriculum == "uniform",
+        log_completions=False, disable_tqdm=False,
+    )
+    # TRL turns gradient checkpointing on by default; on a CPU with room to spare it only costs time
+    args["gradient_checkpointing"] = cfg.gradient_checkpointing
+    if cfg.gpu:
+        args |= dict(bf16=True, use_vllm=cfg.use_vllm)  # unsloth's fast_inference supplies the vLLM engine
+    else:
+        args |= dict(use_cpu=True, bf16=False, model_init_kwargs={"dtype": "float32"})
+    return args
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _callbacks(out: Path, clock: StepClock):
+    from transformers import TrainerCallback
+
+    class Recorder(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            total = time.perf_counter() - self.t0
+            c = clock.current
+            gen = c.get("generation", 0.0)
+            row = {"step": state.global_step, "total": total, "generation": gen,
+                   "generation_model": max(0.0, gen - c.get("tools", 0.0)), "tools": c.get("tools", 0.0),
+                   "reward": c.get("reward", 0.0), "update": max(0.0, total - gen - c.get("reward", 0.0))}
+            clock.rows.append(row)
+            clock.current = {}
+            atomic_write_text(out / "timing.jsonl", "".join(json.dumps(r) + "\n" for r in clock.rows))
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state.log_history))
+
+    return [Recorder()]
+
+
+def last_checkpoint(out: Path) -> Path | None:
+    ckpts = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    return ckpts[-1] if ckpts else None
+
+
+def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, scorer: Callable | None = None):
+    """Run GRPO; returns the trainer. ``scorer`` replaces the RLVR reward (the RaR judge uses it)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.gpu:
+        model, tokenizer = load_unsloth(cfg)  # before transformers / trl / peft are imported
+    if cfg.threads:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
+    from trl import GRPOConfig, GRPOTrainer
+
+    from .index import open_index
+    from .models import resolve_model
+    from .tools import ArxivEnv
+
+    if index is None:
+        folder = Path(cfg.index) if cfg.index and Path(cfg.index).exists() else None
+        index = open_index(None if folder else cfg.index, folder=folder)
+    queries = load_training_queries(cfg)
+    if not queries:
+        raise ValueError("no training queries with gold papers in the corpus")
+    atomic_write_json(out / "config.json", cfg.model_dump(mode="json"))
+    ckpt = last_checkpoint(out) if resume else None
+    keep = int(ckpt.name.split("-")[1]) if ckpt else None
+    log = RolloutLog(out / "rollouts.jsonl", keep_until_step=keep if resume else None)
+    clock = StepClock()
+    if resume and (out / "timing.jsonl").exists() and keep is not None:
+        clock.rows = [r for r in load_rollouts(out / "timing.jsonl") if r["step"] <= keep]
+    env_factory = functools.partial(ArxivEnv, index, result_cap=cfg.tool_max_results,
+                                    abstract_chars=cfg.tool_abstract_chars)
+    args = GRPOConfig(**grpo_args(cfg, out))
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    common = dict(reward_funcs=[make_reward_func(cfg, log, clock, scorer)], args=args,
+                  train_dataset=build_dataset(queries), environment_factory=env_factory,
+                  callbacks=_callbacks(out, clock))
+    if cfg.gpu:
+        trainer = GRPOTrainer(model=model, processing_class=tokenizer, **common)
+    else:
+        trainer = GRPOTrainer(model=resolve_model(cfg.model), peft_config=lora_config(cfg), **common)
+    generate = trainer._generate
+
+    def timed_generate(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return generate(*a, **kw)
+        finally:
+            clock.add("generation", time.perf_counter() - t0)
+
+    trainer._generate = timed_generate
+    trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
+    trainer.save_model(str(out / "final"))
+    atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in trainer.state.log_history))
+    return trainer
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m arxivqa.train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", default="cpu-demo", choices=sorted(PRESETS))
+    p.add_argument("--reward", choices=["rlvr", "rar"], default=None)
+    p.add_argument("--out", required=True, help="run folder (config, metrics, rollouts, timing, checkpoints)")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a TrainConfig field, e.g. --set max_steps=5 --set curriculum=easy-to-hard")
+    a = p.parse_args(argv)
+    overrides = dict(kv.split("=", 1) for kv in a.set)
+    overrides = {k: _parse_value(v) for k, v in overrides.items()}
+    if a.reward:
+        overrides["reward"] = a.reward
+    cfg = preset(a.preset, **overrides)
+    scorer = None
+    if cfg.reward == "rar":
+        from .judge import rar_scorer
+
+        scorer = rar_scorer(cfg)
+    train(cfg, a.out, resume=a.resume, scorer=scorer)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""GRPO training: config assembly, the lazy GPU path, rollouts rebuilt from TRL's messages, the reward
+function TRL calls, and one real GRPO step (plus a resume) with the packaged model on the tiny index."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from arxivqa.corpus import Query
+from arxivqa.rewards import RewardConfig, rlvr_reward
+from arxivqa.tools import ArxivEnv
+from arxivqa.train import (PRESETS, RolloutLog, StepClock, TrainConfig, gpu_available, grpo_args, load_rollouts,
+                           load_unsloth, make_reward_func, order_queries, preset, rollout_trajectory, train)
+
+from conftest import by_title, write_jsonl
+
+
+def test_the_paper_preset_carries_the_seeds_hyper_parameters(tmp_path):
+    cfg = preset("paper")
+    a = grpo_args(cfg, tmp_path)
+    assert (a["learning_rate"], a["num_generations"], a["num_iterations"], a["beta"], a["epsilon"],
+            a["epsilon_high"]) == (1e-6, 8, 4, 0.02, 0.2, 0.28)
+    assert a["per_device_train_batch_size"] == 64  # 8 prompts x 8 generations (TRL counts completions)
+    assert cfg.gpu and cfg.use_vllm and cfg.model == "Qwen/Qwen3-8B"
+
+
+def test_the_cpu_demo_config_builds_a_trl_config(tmp_path):
+    from trl import GRPOConfig
+
+    cfg = preset("cpu-demo", max_steps=3, curriculum="easy-to-hard")
+    args = GRPOConfig(**grpo_args(cfg, tmp_path))
+    assert args.max_steps == 3 and args.num_generations == cfg.num_generations and args.beta == cfg.beta
+    assert args.use_cpu and not args.shuffle_dataset  # a curriculum must keep its order
+    assert set(PRESETS) == {"paper", "cpu-demo"}
+    with pytest.raises(ValueError, match="unknown preset"):
+        preset("huge")
+
+
+def test_unsloth_is_imported_lazily_and_only_with_a_gpu():
+    code = "import arxivqa.train, sys; assert 'unsloth' not in sys.modules and 'vllm' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    if not gpu_available():
+        with pytest.raises(RuntimeError, match="GPU"):
+            load_unsloth(preset("paper"))
+        assert "unsloth" not in sys.modules
+
+
+def test_easy_to_hard_curriculum_orders_by_difficulty():
+    qs = [Query(qid=f"q{i}", query="x", difficulty=d) for i, d in enumerate(["hard", "easy", None, "medium", "easy"])]
+    ordered = order_queries(qs, "easy-to-hard", seed=1)
+    assert [q.difficulty for q in ordered][:2] == ["easy", "easy"] and ordered[-1].difficulty == "hard"
+    assert order_queries(qs, "uniform") == qs
+
+
+def _completion(env, papers):
+    """What TRL hands the reward function: assistant messages with parsed tool calls, tool messages."""
+    a = env.keyword_search(query="graph neural networks molecules")
+    b = env.semantic_search(query="protein structure prediction")
+    oid = next(o for o, real in env.episode.id_map.items() if real == by_title(papers, "Graph neural").arxiv_id)
+    c = env.finish(paper_ids=[oid])
+    call = lambda name, args: {"type": "function", "function": {"name": name, "arguments": args}}  # noqa: E731
+    return [
+        {"role": "assistant", "content": "Search both ways.", "tool_calls": [
+            call("keyword_search", {"query": "graph neural networks molecules"}),
+            call("semantic_search", {"query": "protein structure prediction"})]},
+        {"role": "tool", "name": "keyword_search", "content": a},
+        {"role": "tool", "name": "semantic_search", "content": b},
+        {"role": "assistant", "content": "", "tool_calls": [call("finish", {"paper_ids": [oid]})]},
+        {"role": "tool", "name": "finish", "content": c},
+    ]
+
+
+def test_a_rollout_is_rebuilt_from_trls_messages_and_the_environment(built_index, papers):
+    env = ArxivEnv(built_index)
+    gold = by_title(papers, "Protein structure").arxiv_id
+    env.reset(qid="q", query="proteins", gold_in_corpus=[gold])
+    completion = _completion(env, papers)
+    completion.insert(3, {"role": "tool", "name": "no_such_tool", "content": "{'error': 'Tool not found'}"})
+    traj = rollout_trajectory({"qid": "q", "query": "proteins", "gold_in_corpus": [gold]}, completion, env, 42)
+    assert [len(s.results) for s in traj.steps] == [3, 1] and traj.completion_tokens == 42
+    assert gold in traj.steps[0].results[1].result_ids  # the semantic search found it (real IDs)
+    assert traj.steps[0].results[2].error and traj.steps[0].results[2].name == "no_such_tool"
+    assert traj.submitted == [by_title(papers, "Graph neural").arxiv_id] and traj.stop_reason == "finished"
+    assert rlvr_reward(traj).search_recall == 1.0
+
+
+def test_the_reward_function_scores_logs_and_records(built_index, papers, tmp_path):
+    envs, completions = [], []
+    gold = by_title(papers, "Protein structure").arxiv_id
+    for _ in range(2):
+        env = ArxivEnv(built_index)
+        env.reset(qid="q", query="proteins", gold_in_corpus=[gold])
+        completions.append(_completion(env, papers))
+        envs.append(env)
+    envs[1].reset(qid="q", query="proteins", gold_in_corpus=[gold])  # second rollout: no tool call at all
+    completions[1] = [{"role": "assistant", "content": "I know the answer already."}]
+    log, metrics = RolloutLog(tmp_path / "rollouts.jsonl"), {}
+    fn = make_reward_func(TrainConfig(rewards=RewardConfig()), log, StepClock())
+    rewards = fn(prompts=[[], []], completions=completions, environments=envs, completion_ids=[[1] * 30, [1] * 5],
+                 log_metric=lambda k, v: metrics.__setitem__(k, v), qid=["q", "q"], query=["proteins"] * 2,
+                 gold_in_corpus=[[gold], [gold]], difficulty=["easy", "easy"])
+    assert rewards[0] > 0 and rewards[1] == 0.0  # the second fails the submission gate
+    rows = load_rollouts(tmp_path / "rollouts.jsonl")
+    assert len(rows) == 2 and rows[0]["reward"]["search_recall"] == 1.0 and rows[1]["reward"]["gate/submission"] == 0
+    assert metrics["rlvr/search_recall"] == 0.5 and metrics["rollout/tool_calls"] == 1.5
+
+
+def test_one_grpo_step_and_a_resume_with_the_packaged_model(built_index, papers, tmp_path):
+    qfile = write_jsonl(tmp_path / "q.jsonl", [
+        {"qid": f"t{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id], "difficulty": "easy"}
+        for i, p in enumerate(papers[:3])])
+    cfg = preset("cpu-demo", queries=str(qfile), split="all", max_steps=1, num_generations=2,
+                 max_completion_length=48, max_tool_calling_iterations=1, save_steps=1, lora_r=2, threads=2)
+    out = tmp_path / "run"
+    train(cfg, out, index=built_index)
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    step1 = next(m for m in metrics if m.get("step") == 1 and "loss" in m)
+    assert "entropy" in step1 and "rlvr/search_recall" in step1 and "reward" in step1
+    assert len(load_rollouts(out / "rollouts.jsonl")) == 2 and (out / "checkpoint-1").is_dir()
+    timing = [json.loads(x) for x in (out / "timing.jsonl").read_text().splitlines()]
+    assert timing[0]["step"] == 1 and timing[0]["generation"] > 0 and timing[0]["update"] >= 0
+    assert json.loads((out / "config.json").read_text())["max_steps"] == 1
+    # resume: one more step continues from checkpoint-1 and keeps step 1's rollouts
+    train(cfg.model_copy(update={"max_steps": 2}), out, resume=True, index=built_index)
+    steps = [r["step"] for r in load_rollouts(out / "rollouts.jsonl")]
+    assert steps == [1, 1, 2, 2]
