@@ -202,3 +202,13 @@ def test_format_skips_hits_missing_from_the_store(built_index):
 
     out = ArxivEnv(Ghost()).semantic_search("robots")
     assert len(ids_in(out)) == 1
+
+
+def test_a_compact_view_caps_hits_and_can_show_titles_only(built_index):
+    env = ArxivEnv(built_index, result_cap=2, abstract_chars=0, max_snippets=0)
+    sem = env.semantic_search(query="transformers for long documents", max_results=10)
+    kw = env.keyword_search(query="attention transformers", max_results=10)
+    assert len(env.episode.calls[0].result_ids) == 2 and len(env.episode.calls[1].result_ids) == 2
+    assert "abstract:" not in sem and "snippet:" not in kw and "title:" in sem and "title:" in kw
+    short = ArxivEnv(built_index, abstract_chars=40).semantic_search(query="transformers for long documents")
+    assert all(len(line) < 70 for line in short.splitlines() if "abstract:" in line)

@@ -131,8 +131,9 @@ class ArxivEnv:
                  result_cap: int | None = None, abstract_chars: int = ABSTRACT_CHARS,
                  snippet_chars: int = SNIPPET_CHARS, max_snippets: int = MAX_SNIPPETS) -> None:
         """``result_cap`` (at most this many hits per search, whatever the agent asks), ``abstract_chars``,
-        ``snippet_chars`` and ``max_snippets`` shrink what a search shows: training on a CPU uses a compact
-        view because tool output counts against the completion budget."""
+        ``snippet_chars`` and ``max_snippets`` shrink what a search shows (0 abstract characters / 0
+        snippets: titles only): training on a CPU uses a compact view because tool output counts
+        against the completion budget."""
         self._index = index
         self._result_cap, self._abstract_chars = result_cap, abstract_chars
         self._snippet_chars, self._max_snippets = snippet_chars, max_snippets
@@ -257,7 +258,7 @@ class ArxivEnv:
         return self._format_hits(
             "keyword", q, hits,
             lambda p: [f"snippet: {s}" for s in snippets(p.text.replace("\n", ". "), terms, analyzer, self._max_snippets,
-                                                             self._snippet_chars)],
+                                                             self._snippet_chars)] if self._max_snippets > 0 else [],
         )
 
     @_tool
@@ -276,6 +277,8 @@ class ArxivEnv:
         def body(p):
             a = p.abstract
             n = self._abstract_chars
+            if n <= 0:  # a titles-only view
+                return []
             return ["abstract: " + (a if len(a) <= n else a[:n].rsplit(" ", 1)[0] + " …")]
 
         return self._format_hits("semantic", q, hits, body)
