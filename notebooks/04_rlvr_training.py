@@ -41,7 +41,8 @@ def _(mo):
     latent knowledge, no reasoning before the 2nd/3rd tool calls, queries that rephrase the user query.
 
     **What runs here** is the `cpu-demo` preset: the same algorithm on 2 CPU cores — the packaged
-    Qwen2.5-Coder-0.5B-Instruct, 1 prompt × 4 rollouts per step, LoRA r 8, short completions, 20 steps.
+    Qwen2.5-Coder-0.5B-Instruct (bf16 where the CPU supports it), 1 prompt × 2 rollouts per step, LoRA r 8,
+    256 completion tokens including tool output, 2 tool rounds, 20 steps.
     Twenty steps cannot reach step 100; read the curves as the start of the dynamics, not its end.
     Settings: `ARXIVQA_TRAIN_STEPS` (20), `ARXIVQA_CURRICULUM` (`uniform` or `easy-to-hard`),
     `ARXIVQA_COMPARE_CURRICULUM=1` also trains the other schedule and compares. A finished run is read
@@ -89,7 +90,8 @@ def _(atomic_write_json, cfg, config, load_run, out_dir, save_table, train_secon
     save_table(run["log"], "04_trl_log")
     save_table(run["summary"], "04_step_summary")
     _t = run["timing"]
-    _parts = ["total", "generation", "generation_model", "tools", "reward", "update"]
+    _parts = [c for c in ["total", "generation", "generation_model", "tools", "reward", "ref_logprobs", "loss_forward",
+                          "backward_optimizer", "update"] if c in _t]
     step_seconds = _t[_parts].describe().loc[["mean", "50%", "max"]].reset_index(names="stat") if len(_t) else _t
     save_table(step_seconds, "04_step_time")
     atomic_write_json(config.results_dir() / "04_run.json",
@@ -125,8 +127,27 @@ def _(early_late, failure_mode_rates, mo, run, save, save_table):
     The seed expects, as training goes on: reward up then flat, entropy down, fewer and less diverse tool
     calls converging on 1 keyword + 1 semantic + finish, and more of the four failure modes. The table puts
     the first and last five steps of this run side by side; with 20 CPU steps of a 0.5B model, a change of
-    a few rollouts is noise-sized (4 rollouts a step).
+    a few rollouts is noise-sized (2 rollouts a step).
     """), mo.ui.table(signature, selection=None), fig_fm])
+    return
+
+
+@app.cell
+def _(mo, pd, run, save_table):
+    _r = run["rollouts"]
+    _gates = {c.removeprefix("reward/gate/"): float(_r[c].mean()) for c in _r.columns if c.startswith("reward/gate/")}
+    gate_table = pd.DataFrame([{"gate": g, "pass rate": v} for g, v in _gates.items()] +
+                              [{"gate": "all gates", "pass rate": float(_r["reward/gates_passed"].mean())}])
+    save_table(gate_table, "04_gates")
+    _zero = float(run["log"]["frac_reward_zero_std"].mean()) if "frac_reward_zero_std" in run["log"] else float("nan")
+    _nonzero = float((_r["reward/total"] != 0).mean())
+    mo.vstack([mo.md(f"""
+    ## How much signal the reward gave
+    {_nonzero:.0%} of rollouts got a non-zero reward; in {_zero:.0%} of the steps both rollouts of the group
+    had the same reward, so GRPO's advantage — and the policy gradient — was zero. The gates decide this:
+    a rollout that never calls `finish` (submission gate) scores 0 whatever its searches found
+    (mean search recall of all rollouts: {_r['reward/search_recall'].mean():.3f}).
+    """), mo.ui.table(gate_table, selection=None)])
     return
 
 

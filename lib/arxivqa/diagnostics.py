@@ -45,7 +45,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from .agent import Trajectory
-from .rewards import SEARCH_TOOLS, jaccard, word_set
+from .rewards import SEARCH_TOOLS, jaccard, search_recall, word_set
 
 _THINK = re.compile(r"</?think>")
 _TOKEN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.\-]*[A-Za-z0-9])?")
@@ -301,6 +301,7 @@ def load_run(run_dir: str | Path, cfg: DiagnosticsConfig | None = None) -> dict[
     frames = []
     for (step, traj), row in zip(trajs, rows):
         f = rollout_frame([traj], step=step, cfg=cfg)
+        f["search_recall"] = search_recall(traj)
         for key, value in row["reward"].items():
             f[f"reward/{key}"] = value
         frames.append(f)

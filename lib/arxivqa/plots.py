@@ -149,15 +149,17 @@ def failure_mode_rates(summary: pd.DataFrame, title: str = ""):
 
 
 def step_time(timing: pd.DataFrame, title: str = ""):
-    """Mean seconds per step spent in generation (model), tools, reward, and the update."""
-    parts = ["generation_model", "tools", "reward", "update"]
+    """Mean seconds per step: generation (model), tools, rewards, reference log-probs, loss forward,
+    backward + optimizer (older runs: generation, tools, reward, update)."""
+    fine = ["generation_model", "tools", "reward", "ref_logprobs", "loss_forward", "backward_optimizer"]
+    parts = fine if all(p in timing for p in fine) else ["generation_model", "tools", "reward", "update"]
     means = timing[parts].mean()
-    fig, ax = plt.subplots(figsize=(6, 2.4))
+    fig, ax = plt.subplots(figsize=(7, 2.2))
     left = 0.0
     for part, color in zip(parts, sns.color_palette("deep", len(parts))):
         ax.barh([0], [means[part]], left=left, color=color, label=f"{part} {means[part]:.1f} s")
         left += means[part]
     ax.set(yticks=[], xlabel="seconds per step (mean)", title=title or "Where the step time goes")
-    ax.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    ax.legend(fontsize=8, ncol=1, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     return fig
