@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup test demo index index-full bench export edit clean-index
+.PHONY: setup test demo index index-full bench export edit serve label train-rlvr train-rar clean-index
 
 setup: $(VENV)/.setup-done  ## create .venv, install the pinned CPU set, prepare the offline embedder
 
@@ -35,6 +35,18 @@ bench: setup  ## full-corpus search benchmark -> results/bench_search.{json,md} 
 export: setup  ## export each notebook with its outputs to .ipynb for JupyterLab
 	@mkdir -p results/notebooks
 	@for nb in $(NOTEBOOKS); do $(VENV)/bin/marimo export ipynb --include-outputs --force "$$nb" -o results/notebooks/$$(basename $$nb .py).ipynb || exit 1; done
+
+serve: setup  ## run the local LLM endpoint in the foreground; share it with ARXIVQA_LOCAL_LLM_URL
+	$(PY) -m arxivqa.llm serve
+
+label: setup  ## the deep-research labeller on 10 train queries -> data/labels, results/labelling
+	$(PY) -m arxivqa.labelling run --limit 10
+
+train-rlvr: setup  ## cpu-demo RLVR GRPO run (20 steps) -> data/runs/rlvr-cli
+	$(PY) -m arxivqa.train --preset cpu-demo --reward rlvr --out data/runs/rlvr-cli
+
+train-rar: setup  ## cpu-demo RaR GRPO run with the local judge -> data/runs/rar-cli
+	$(PY) -m arxivqa.train --preset cpu-demo --reward rar --set max_steps=10 --out data/runs/rar-cli
 
 edit: setup  ## open the notebooks in marimo
 	$(VENV)/bin/marimo edit notebooks/

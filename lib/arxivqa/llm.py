@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import socket
 import sqlite3
@@ -64,6 +65,10 @@ from pydantic import BaseModel, Field
 from .config import REPO_ROOT
 
 T = TypeVar("T", bound=BaseModel)
+
+# instructor logs every failed parse at ERROR level; here a failure is an LLMError, counted in
+# LLM.stats and kept in LLM.calls, so its own log lines would only be noise in notebooks.
+logging.getLogger("instructor").setLevel(logging.CRITICAL)
 
 DEFAULT_ENDPOINT = "local"
 MODES = {"md_json": "MD_JSON", "json": "JSON", "json_schema": "JSON_SCHEMA", "tools": "TOOLS"}
