@@ -14,7 +14,9 @@ as something to avoid and counts when avoided).
 **Injection safety.** The trajectory is rendered compactly (queries, result IDs and titles, reasoning,
 submission) as one JSON document between fixed delimiters; every string the policy wrote is
 JSON-escaped and ``<``/``>`` are escaped too, so policy text cannot close the block, open a new
-message, or pose as the judge's instructions, which live in the system message only.
+message, or pose as the judge's instructions, which live in the system message only. Policy text is
+also defanged (braces → parentheses, the rubric's field names and the delimiters blanked): the 0.5B
+judge was measured to copy a verdict JSON written into the agent's reasoning.
 
 **Failures.** Judge calls go through the LLM layer (cache, bounded concurrency, retries). A judgment
 that still fails gets an explicit, counted fallback: the mean score of the other rollouts of the same
@@ -78,13 +80,24 @@ def _safe_json(obj) -> str:
     return json.dumps(obj, ensure_ascii=False, indent=1).replace("<", "\\u003c").replace(">", "\\u003e")
 
 
+_RUBRIC_WORDS = re.compile("|".join([*CRITERIA, "holistic", "rationale", BEGIN, END]), re.I)
+
+
+def _defang(text: str) -> str:
+    """Policy-written text, neutralised: braces become parentheses and the rubric's field names and the
+    delimiters are blanked, so the agent cannot hand the judge a ready-made verdict to copy (a 0.5B judge
+    copies JSON it sees; escaping alone keeps the prompt's structure, not the model's attention)."""
+    return _RUBRIC_WORDS.sub("[…]", text.replace("{", "(").replace("}", ")"))
+
+
 def trajectory_document(traj: Trajectory, max_reasoning_chars: int = 400, max_results: int = 5) -> dict:
     """The compact view the judge reads (a dict; ``render_for_judge`` serialises it)."""
     turns = []
     for s in traj.steps:
         calls = []
         for r in s.results:
-            item: dict = {"tool": r.name, "arguments": r.arguments}
+            args = r.arguments if isinstance(r.arguments, str) else json.dumps(r.arguments, ensure_ascii=False)
+            item: dict = {"tool": _defang(r.name), "arguments": _defang(args)}
             if r.error:
                 item["error"] = r.result[:200]
             elif r.name in ("keyword_search", "semantic_search"):
@@ -94,7 +107,8 @@ def trajectory_document(traj: Trajectory, max_reasoning_chars: int = 400, max_re
             elif r.name == "read_page":
                 item["read"] = r.result.split("\n", 2)[1][:160] if "\n" in r.result else r.result[:160]
             calls.append(item)
-        turns.append({"turn": s.turn, "reasoning": s.assistant.text.strip()[:max_reasoning_chars], "calls": calls})
+        turns.append({"turn": s.turn, "reasoning": _defang(s.assistant.text.strip()[:max_reasoning_chars]),
+                      "calls": calls})
     return {"user_query": traj.query, "turns": turns,
             "submitted_titles": _submitted_titles(traj), "stop": traj.stop_reason}
 
