@@ -95,7 +95,7 @@ def _(atomic_write_json, cfg, config, load_run, out_dir, save_table, train_secon
     step_seconds = _t[_parts].describe().loc[["mean", "50%", "max"]].reset_index(names="stat") if len(_t) else _t
     save_table(step_seconds, "04_step_time")
     atomic_write_json(config.results_dir() / "04_run.json",
-                      {"run": str(out_dir), "config": run["config"], "steps_logged": int(run["log"]["step"].max()),
+                      {"run": out_dir.name, "config": run["config"], "steps_logged": int(run["log"]["step"].max()),
                        "rollouts": len(run["rollouts"]), "train_seconds_this_session": train_seconds,
                        "total_step_seconds": float(_t["total"].sum()) if len(_t) else None})
     return run, step_seconds

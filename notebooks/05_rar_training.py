@@ -89,7 +89,7 @@ def _(atomic_write_json, config, judge_counts, load_run, mo, rar_dir, rlvr_dir, 
     save_table(rar["summary"], "05_rar_step_summary")
     _fallback_rate = float(rar["rollouts"]["reward/judge_fallback"].mean()) if len(rar["rollouts"]) else float("nan")
     atomic_write_json(config.results_dir() / "05_run.json",
-                      {"run": str(rar_dir), "config": rar["config"], "rollouts": len(rar["rollouts"]),
+                      {"run": rar_dir.name, "config": rar["config"], "rollouts": len(rar["rollouts"]),
                        "judge_fallback_rate": _fallback_rate, "judge_this_session": judge_counts,
                        "train_seconds_this_session": train_seconds,
                        "total_step_seconds": float(rar["timing"]["total"].sum()) if len(rar["timing"]) else None})
