@@ -33,6 +33,7 @@ import datetime as dt
 import fcntl
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -87,8 +88,6 @@ _STOP = frozenset("a an and are as at be by for from how in into is it of on or 
 
 def _content_words(text: str) -> set[str]:
     """Lower-cased words of 3+ letters, minus stop words, with a crude plural strip."""
-    import re
-
     return {w.rstrip("s") for w in re.findall(r"[a-z][a-z0-9-]{2,}", text.lower()) if w not in _STOP}
 
 
