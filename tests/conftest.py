@@ -105,7 +105,8 @@ def llm_server():
 
 class ScriptedEndpoint:
     """A real HTTP server speaking the OpenAI chat-completions protocol on loopback, whose answers come
-    from ``reply(body) -> str | int`` (an int is an HTTP error status). Records every request."""
+    from ``reply(body) -> str | int | (str, finish_reason)`` (an int is an HTTP error status). Records every
+    request."""
 
     def __init__(self, reply):
         import http.server
@@ -123,9 +124,10 @@ class ScriptedEndpoint:
                     self.send_response(content)
                     self.end_headers()
                     return
+                content, finish = content if isinstance(content, tuple) else (content, "stop")
                 data = json.dumps({
                     "id": f"c{len(outer.requests)}", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
+                    "choices": [{"index": 0, "finish_reason": finish,
                                  "message": {"role": "assistant", "content": content}}],
                     "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}).encode()
                 self.send_response(200)

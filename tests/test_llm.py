@@ -75,6 +75,15 @@ def test_every_attempt_invalid_raises_counts_and_caches_nothing(scripted_endpoin
     assert len(cache) == 0
 
 
+def test_output_cut_at_max_tokens_counts_as_invalid_and_is_retried(scripted_endpoint):
+    answers = iter([('{"label": "rel', "length"), '{"label": "relevant", "score": 1}'])
+    srv = scripted_endpoint(lambda body: next(answers))
+    llm = _llm(srv.base_url)
+    assert llm.structured(_msgs(), Answer).score == 1
+    rec = llm.calls[-1]
+    assert rec.ok and rec.attempts == 2 and rec.parse_errors == 1 and len(srv.requests) == 2
+
+
 def test_http_errors_are_retried_by_the_client(scripted_endpoint):
     answers = iter([500, '{"label": "a", "score": 1}'])
     srv = scripted_endpoint(lambda body: next(answers))

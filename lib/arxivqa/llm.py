@@ -342,15 +342,22 @@ class LLM:
             return response_model.model_validate_json(hit[0])
 
         hooks = Hooks()
+        invalid: set[int] = set()  # attempts whose output could not become a response_model
 
         def on_response(resp: Any) -> None:
             rec.attempts += 1
             usage = getattr(resp, "usage", None)
             rec.prompt_tokens += getattr(usage, "prompt_tokens", 0) or 0
             rec.completion_tokens += getattr(usage, "completion_tokens", 0) or 0
+            choices = getattr(resp, "choices", None) or []
+            # output cut at max_tokens: instructor raises IncompleteOutputException without a parse hook
+            if choices and getattr(choices[0], "finish_reason", None) == "length":
+                invalid.add(rec.attempts)
+                rec.parse_errors = len(invalid)
 
         def on_parse_error(_exc: Exception) -> None:
-            rec.parse_errors += 1
+            invalid.add(rec.attempts)
+            rec.parse_errors = len(invalid)
 
         hooks.on("completion:response", on_response)
         hooks.on("parse:error", on_parse_error)
