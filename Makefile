@@ -9,10 +9,11 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
 setup: $(VENV)/.setup-done  ## create .venv, install the pinned CPU set, prepare the offline embedder
 
-$(VENV)/.setup-done: requirements.txt pyproject.toml
+$(VENV)/.setup-done: requirements.txt requirements-nodeps.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install --no-deps -r requirements-nodeps.txt
 	$(PY) -m pip install --no-deps -e .
 	$(PY) -m arxivqa.embed prepare
 	touch $@

