@@ -3,16 +3,18 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# requirements-gpu.txt (with VENV=.venv-gpu) on a CUDA machine
+REQS ?= requirements.txt
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup test demo index index-full bench export edit serve label train-rlvr train-rar clean-index
+.PHONY: setup test demo report paper index index-full bench export edit serve label train-rlvr train-rar clean-index
 
 setup: $(VENV)/.setup-done  ## create .venv, install the pinned CPU set, prepare the offline embedder
 
-$(VENV)/.setup-done: requirements.txt requirements-nodeps.txt pyproject.toml
+$(VENV)/.setup-done: $(REQS) requirements-nodeps.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install -r $(REQS)
 	$(PY) -m pip install --no-deps -r requirements-nodeps.txt
 	$(PY) -m pip install --no-deps -e .
 	$(PY) -m arxivqa.embed prepare
@@ -21,8 +23,36 @@ $(VENV)/.setup-done: requirements.txt requirements-nodeps.txt pyproject.toml
 test: setup  ## the test suite (a few minutes on 2 cores)
 	$(PY) -m pytest
 
-demo: setup  ## run every notebook headless at CPU demo scale; figures and tables go to results/
-	@for nb in $(NOTEBOOKS); do echo "== $$nb"; $(PY) $$nb || exit 1; done
+# CPU demo scale of `make demo` (each a setting; override any on the command line or in the environment)
+demo: export ARXIVQA_LABEL_QUERIES ?= 1
+demo: export ARXIVQA_TRIAGE_QUERIES ?= 3
+demo: export ARXIVQA_DEMO_EPISODES ?= 1
+demo: export ARXIVQA_TRAIN_STEPS ?= 3
+demo: export ARXIVQA_RAR_STEPS ?= 2
+demo: export ARXIVQA_EVAL_LIMIT ?= 2
+demo: export ARXIVQA_EVAL_BUDGETS ?= 2,4,384,160
+demo: setup  ## notebooks 01-07 headless at CPU demo scale (<= 60 min on 2 cores) -> results/, results/REPORT.md, results/notebooks/*.ipynb
+	$(PY) -m arxivqa.report demo
+
+report: setup  ## rewrite results/REPORT.md from what is in results/ (runs nothing)
+	$(PY) -m arxivqa.report write
+
+# The seed's scale: the full corpus, Qwen3-8B trained with Unsloth + vLLM on one GPU, vLLM judges.
+# Needs a CUDA GPU, `pip install -r requirements-gpu.txt` in its own environment (VENV=.venv-gpu), the
+# models in the Hugging Face cache (or internet), and vLLM judge servers for the endpoints named below.
+paper: export ARXIVQA_SCALE ?= full
+paper: export ARXIVQA_PRESET ?= paper
+paper: export ARXIVQA_LLM ?= vllm-qwen3-8b
+paper: export ARXIVQA_JUDGE ?= vllm-qwen3-8b
+paper: export ARXIVQA_TRAIN_JUDGES ?= vllm-qwen3-8b,vllm-olmo
+paper: export ARXIVQA_EVAL_JUDGES ?= vllm-qwen3-8b,vllm-olmo,openai-gpt-4.1-mini
+paper: export ARXIVQA_TRAIN_STEPS ?= 300
+paper: export ARXIVQA_RAR_STEPS ?= 300
+paper: export ARXIVQA_LABEL_QUERIES ?= 192
+paper: export ARXIVQA_MODEL ?= Qwen/Qwen3-8B
+paper:  ## the same pipeline at the seed's scale (GPU only; days, not minutes)
+	@$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make paper needs a CUDA GPU (torch.cuda.is_available() is False); see README: Paper scale')"
+	$(PY) -m arxivqa.report demo
 
 index: setup  ## build the demo index (ARXIVQA_SCALE=full for all 139,670 papers)
 	$(PY) -m arxivqa.index build

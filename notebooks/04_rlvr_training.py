@@ -19,10 +19,10 @@ def _():
     from arxivqa.index import build_for_scale
     from arxivqa.plots import (failure_mode_rates, save, save_table, step_time, tool_calls_per_rollout,
                                training_curves)
-    from arxivqa.train import preset, train
+    from arxivqa.train import env_preset, run_folder, train
 
     return (atomic_write_json, build_for_scale, config, early_late, failure_mode_rates, json, load_run, mo, os, pd,
-            preset, save, save_table, step_time, time, tool_calls_per_rollout, train, training_curves)
+            env_preset, run_folder, save, save_table, step_time, time, tool_calls_per_rollout, train, training_curves)
 
 
 @app.cell
@@ -52,17 +52,17 @@ def _(mo):
 
 
 @app.cell
-def _(build_for_scale, config, os, preset):
+def _(build_for_scale, config, env_preset, os, run_folder):
     index, _ = build_for_scale()
-    steps = int(os.environ.get("ARXIVQA_TRAIN_STEPS", "20"))
+    steps = env_preset("rlvr", "ARXIVQA_TRAIN_STEPS", 20).max_steps
     curriculum = os.environ.get("ARXIVQA_CURRICULUM", "uniform")
     compare = os.environ.get("ARXIVQA_COMPARE_CURRICULUM", "0") == "1"
 
     def run_config(schedule):
-        return preset("cpu-demo", reward="rlvr", max_steps=steps, curriculum=schedule)
+        return env_preset("rlvr", "ARXIVQA_TRAIN_STEPS", 20, curriculum=schedule)
 
     def run_dir(cfg):
-        return config.runs_dir() / f"rlvr-{cfg.preset}-{cfg.curriculum}-{cfg.max_steps}steps-seed{cfg.seed}"
+        return run_folder(cfg)
 
     cfg = run_config(curriculum)
     out_dir = run_dir(cfg)

@@ -21,9 +21,9 @@ def _():
     from arxivqa.judge import Judge
     from arxivqa.llm import open_llm
     from arxivqa.plots import save, save_table
-    from arxivqa.train import preset, train
+    from arxivqa.train import env_preset, run_folder, train
 
-    return (Judge, atomic_write_json, build_for_scale, config, load_run, mo, open_llm, os, pd, plt, preset, save,
+    return (Judge, atomic_write_json, build_for_scale, config, load_run, mo, open_llm, os, pd, plt, env_preset, run_folder, save,
             save_table, sns, time, train)
 
 
@@ -50,14 +50,13 @@ def _(mo):
 
 
 @app.cell
-def _(build_for_scale, config, os, preset):
+def _(build_for_scale, config, env_preset, os, run_folder):
     index, _ = build_for_scale()
-    rar_cfg = preset("cpu-demo", reward="rar", max_steps=int(os.environ.get("ARXIVQA_RAR_STEPS", "10")),
-                     judge_endpoint=os.environ.get("ARXIVQA_JUDGE") or None)
-    rlvr_cfg = preset("cpu-demo", reward="rlvr", max_steps=int(os.environ.get("ARXIVQA_TRAIN_STEPS", "20")))
+    _judge = os.environ.get("ARXIVQA_JUDGE") or None
+    rar_cfg = env_preset("rar", "ARXIVQA_RAR_STEPS", 10, judge_endpoint=None if _judge == "local" else _judge)
+    rlvr_cfg = env_preset("rlvr", "ARXIVQA_TRAIN_STEPS", 20)
     judge_name = rar_cfg.judge_endpoint or "local"
-    rar_dir = config.runs_dir() / f"rar-{rar_cfg.preset}-{judge_name}-{rar_cfg.judge_rubric}-{rar_cfg.max_steps}steps-seed{rar_cfg.seed}"
-    rlvr_dir = config.runs_dir() / f"rlvr-{rlvr_cfg.preset}-{rlvr_cfg.curriculum}-{rlvr_cfg.max_steps}steps-seed{rlvr_cfg.seed}"
+    rar_dir, rlvr_dir = run_folder(rar_cfg), run_folder(rlvr_cfg)
     return index, judge_name, rar_cfg, rar_dir, rlvr_dir
 
 

@@ -44,3 +44,67 @@ def test_summarize_means_per_difficulty():
     t = summarize(df).set_index("difficulty")
     assert t.loc["easy", "recall@10"] == 0.5 and t.loc["all", "n"] == 3
     assert t.loc["all", "recall@10"] == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------- held-out evaluation helpers (notebooks 06/07)
+
+def _scripted_policy_factory(calls):
+    from arxivqa.agent import AssistantTurn, parse_tool_calls
+
+    class Finisher:
+        name = "finisher"
+
+        def chat(self, messages, tools, max_new_tokens):
+            calls.append(messages[1]["content"])
+            text, tc, problems = parse_tool_calls('<tool_call>{"name": "finish", "arguments": {"paper_ids": []}}</tool_call>')
+            return AssistantTurn(text=text, raw="", tool_calls=tc, parse_problems=problems, prompt_tokens=10,
+                                 completion_tokens=5, seconds=0.0)
+
+    return lambda spec, **kw: Finisher()
+
+
+def test_cached_agent_eval_reuses_finished_episodes(built_index, papers, tmp_path, monkeypatch):
+    import arxivqa.agent as agent_mod
+    from arxivqa.agent import Budgets
+    from arxivqa.evaluate import cached_agent_eval
+
+    calls = []
+    monkeypatch.setattr(agent_mod, "make_policy", _scripted_policy_factory(calls))
+    qs = [Query(qid=f"q{i}", query=p.title, gold_in_corpus=[p.arxiv_id]) for i, p in enumerate(papers[:3])]
+    path = tmp_path / "eval" / "x.trajectories.jsonl"
+    first = cached_agent_eval("local", qs[:2], path, built_index, Budgets(max_turns=2), progress=False)
+    assert [t.qid for t in first] == ["q0", "q1"] and len(calls) == 2
+    again = cached_agent_eval("local", qs, path, built_index, Budgets(max_turns=2), progress=False)
+    assert [t.qid for t in again] == ["q0", "q1", "q2"] and calls[2:] == [qs[2].query]  # only the new query ran
+    # other budgets (or another policy) are another evaluation: nothing is reused
+    cached_agent_eval("local", qs[:1], path, built_index, Budgets(max_turns=3), progress=False)
+    assert len(calls) == 4
+
+
+def test_eval_queries_reads_any_file_in_the_train_format(tmp_path, papers, monkeypatch):
+    from arxivqa.evaluate import eval_queries
+    from conftest import write_jsonl
+
+    qfile = write_jsonl(tmp_path / "held_out.jsonl", [
+        {"qid": f"h{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id], "difficulty": "hard"}
+        for i, p in enumerate(papers[:4])] + [{"qid": "none", "query": "x", "gold_in_corpus": []}])
+    monkeypatch.setenv("ARXIVQA_EVAL_QUERIES_FILE", str(qfile))
+    monkeypatch.setenv("ARXIVQA_EVAL_SPLIT", "all")
+    monkeypatch.setenv("ARXIVQA_EVAL_LIMIT", "3")
+    queries, tag = eval_queries()
+    assert [q.qid for q in queries] == ["h0", "h1", "h2"] and tag == "held_out-all3"
+    with pytest.raises(ValueError, match="split"):
+        eval_queries(split="test")
+
+
+def test_eval_budgets_and_cache_names(monkeypatch):
+    from arxivqa.agent import Budgets
+    from arxivqa.evaluate import eval_budgets, trajectory_cache
+
+    monkeypatch.setenv("ARXIVQA_EVAL_BUDGETS", "2,4,384,160")
+    assert eval_budgets() == Budgets(2, 4, 384, 160)
+    monkeypatch.setenv("ARXIVQA_EVAL_BUDGETS", "2,four")
+    with pytest.raises(ValueError, match="four integers"):
+        eval_budgets()
+    assert trajectory_cache("run:/x/data/runs/rar-a/", "t").name == "run-rar-a.t.trajectories.jsonl"
+    assert trajectory_cache("openai:gpt-4.1-mini@https://api.openai.com/v1", "t").name == "openai-gpt-4.1-mini.t.trajectories.jsonl"

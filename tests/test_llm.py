@@ -42,7 +42,12 @@ def test_endpoints_come_from_the_configuration_file(tmp_path, monkeypatch):
 
 def test_the_shipped_configuration_is_valid():
     eps = load_endpoints()
-    assert eps["local"].local and all(ep.base_url for name, ep in eps.items() if name != "local")
+    from arxivqa.models import PACKAGED
+
+    assert eps["local"].local and eps["local-smollm2"].local
+    # an endpoint the project serves itself must name a packaged model (offline); the others are URLs
+    assert all(ep.model in PACKAGED for ep in eps.values() if ep.local)
+    assert all(ep.base_url.startswith("http") for ep in eps.values() if not ep.local)
 
 
 def test_invalid_json_is_retried_with_the_error_and_then_parsed(scripted_endpoint, tmp_path):
@@ -169,3 +174,10 @@ def test_truncated_json_from_the_local_model_is_retried_then_reported(llm_server
         llm.structured(msgs, Topic, max_tokens=4)  # four tokens cannot hold the object: invalid every time
     rec = llm.calls[-1]
     assert not rec.ok and rec.attempts == 2 and rec.parse_errors == 2 and llm.stats.failures == 1
+
+
+def test_the_second_local_model_ships_in_its_package():
+    from arxivqa.models import PACKAGED, _gguf_sources
+
+    (path,) = list(_gguf_sources(PACKAGED["smollm2-135m-instruct"]))
+    assert path.is_file() and path.stat().st_size > 50_000_000

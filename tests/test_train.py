@@ -130,6 +130,12 @@ def test_one_grpo_step_and_a_resume_with_the_packaged_model(built_index, papers,
     run = load_run(out)  # what notebooks 04/05 read back
     assert list(run["summary"]["step"]) == [1, 2] and set(run["log"]["step"].dropna()) >= {1, 2}
     assert "reward/search_recall" in run["rollouts"] and len(run["timing"]) == 2
+    # what notebooks 06/07 evaluate: the base model with the run's adapter merged (`run:<folder>`)
+    from arxivqa.agent import make_policy, tool_schemas
+
+    policy = make_policy(f"run:{out}")
+    turn = policy.chat([{"role": "user", "content": "Find papers on sparse attention."}], tool_schemas(), 4)
+    assert policy.name == "run:run" and 0 < turn.completion_tokens <= 4
 
 
 def test_tool_calls_written_as_bare_or_fenced_json_are_read_during_training():

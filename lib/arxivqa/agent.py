@@ -8,6 +8,8 @@ Policies (``make_policy``):
 - ``local:<model>`` — a Hugging Face causal LM in-process (default ``local:qwen2.5-coder-0.5b-instruct``,
   the packaged model; any local folder or, with internet, hub ID), its chat template with tools,
   greedy by default.
+- ``run:<folder>`` — what a training run produced (``arxivqa.train``): its base model with the LoRA
+  adapter of ``final/`` merged; a bare name is looked up under ``data/runs``.
 - ``openai:<model>@<base_url>`` — any OpenAI-compatible chat endpoint with native tool calling (a
   local vLLM / llama.cpp / ``transformers serve`` server, or a hosted API); key from the environment
   variable named by ``api_key_env`` (default ``OPENAI_API_KEY``; a local server needs none).
@@ -181,20 +183,43 @@ class Policy(Protocol):
 class LocalHFPolicy:
     """A causal LM in this process; chat template with tools; greedy unless ``temperature`` > 0."""
 
-    def __init__(self, model: str | None = None, temperature: float = 0.0, threads: int | None = None) -> None:
+    def __init__(self, model: str | None = None, temperature: float = 0.0, threads: int | None = None,
+                 adapter: str | os.PathLike | None = None, dtype: str = "auto", name: str | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from .models import model_setting, resolve_model
+        from .models import model_setting, resolve_dtype, resolve_model
 
         self.model_name = model or model_setting()
         path = resolve_model(self.model_name)
         if threads:
             torch.set_num_threads(threads)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, resolve_dtype(dtype))).eval()
+        if adapter is not None:  # a trained LoRA adapter (a run's final/), merged for generation
+            from peft import PeftModel
+
+            self.model = PeftModel.from_pretrained(self.model, str(adapter)).merge_and_unload().eval()
         self.temperature = temperature
-        self.name = f"local:{self.model_name}"
+        self.name = name or f"local:{self.model_name}"
+
+
+def run_policy(run_dir: str | os.PathLike, **kwargs) -> LocalHFPolicy:
+    """The policy a training run produced: its base model (``config.json``) with the LoRA adapter in
+    ``final/`` (or the last ``checkpoint-N/`` of an unfinished run)."""
+    from pathlib import Path
+
+    run = Path(run_dir)
+    if not (run / "config.json").exists():
+        raise FileNotFoundError(f"{run} is not a training run folder (no config.json); train it first")
+    cfg = json.loads((run / "config.json").read_text())
+    adapter = run / "final"
+    if not (adapter / "adapter_config.json").exists():
+        ckpts = sorted(run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        if not ckpts:
+            raise FileNotFoundError(f"{run} has neither final/ nor a checkpoint: the run has not saved a step yet")
+        adapter = ckpts[-1]
+    return LocalHFPolicy(cfg.get("model"), adapter=adapter, name=f"run:{run.name}", **kwargs)
 
     def chat(self, messages: list[dict], tools: list[dict], max_new_tokens: int) -> AssistantTurn:
         import torch
@@ -252,17 +277,23 @@ class OpenAIPolicy:
 
 
 def make_policy(spec: str | None = None, **kwargs) -> Policy:
-    """``local[:model]`` or ``openai:<model>[@<base_url>]`` (see the module docstring)."""
+    """``local[:model]``, ``run:<run folder or name under data/runs>`` or ``openai:<model>[@<base_url>]``
+    (see the module docstring)."""
     spec = spec or "local"
     kind, _, rest = spec.partition(":")
     if kind == "local":
         return LocalHFPolicy(rest or None, **kwargs)
+    if kind == "run":
+        from .config import runs_dir
+
+        folder = rest if os.path.isdir(rest) or os.sep in rest else str(runs_dir() / rest)
+        return run_policy(folder, **kwargs)
     if kind == "openai":
         model, _, base = rest.partition("@")
         if not model:
             raise ValueError("openai policy needs a model: openai:<model>[@<base_url>]")
         return OpenAIPolicy(model, base or None, **kwargs)
-    raise ValueError(f"unknown policy {spec!r}: use 'local[:<model>]' or 'openai:<model>[@<base_url>]'")
+    raise ValueError(f"unknown policy {spec!r}: use 'local[:<model>]', 'run:<run folder>' or 'openai:<model>[@<base_url>]'")
 
 
 def _for_template(messages: list[dict]) -> list[dict]:

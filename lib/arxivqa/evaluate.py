@@ -197,6 +197,94 @@ def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concu
     return out
 
 
+def eval_queries(path: str | None = None, split: str | None = None, limit: int | None = None):
+    """The held-out queries of notebooks 06/07: ``ARXIVQA_EVAL_QUERIES_FILE`` (default the train file),
+    ``ARXIVQA_EVAL_SPLIT`` (dev | train | all; default dev) and ``ARXIVQA_EVAL_LIMIT`` (first N scorable;
+    default all). Returns (queries, tag) — the tag names cached trajectories of exactly this selection."""
+    import os
+    from pathlib import Path
+
+    from .corpus import load_queries, split_queries
+
+    path = path or os.environ.get("ARXIVQA_EVAL_QUERIES_FILE") or None
+    split = split or os.environ.get("ARXIVQA_EVAL_SPLIT", "dev")
+    if limit is None and os.environ.get("ARXIVQA_EVAL_LIMIT"):
+        limit = int(os.environ["ARXIVQA_EVAL_LIMIT"])
+    if split not in ("dev", "train", "all"):
+        raise ValueError(f"split must be dev, train or all, not {split!r}")
+    queries = load_queries(path)
+    if split != "all":
+        train, dev = split_queries(queries)
+        queries = dev if split == "dev" else train
+    queries = scorable(queries)[:limit] if limit else scorable(queries)
+    if not queries:
+        raise ValueError("no query with a gold paper in the corpus to evaluate")
+    stem = Path(path).stem if path else "queries_train"
+    return queries, f"{stem}-{split}{len(queries)}"
+
+
+def eval_budgets():
+    """Episode budgets of notebooks 06/07: ``ARXIVQA_EVAL_BUDGETS`` = "max_turns,max_tool_calls,max_tokens,
+    max_new_tokens" (default the agent's own budgets)."""
+    import os
+
+    from .agent import Budgets
+
+    raw = os.environ.get("ARXIVQA_EVAL_BUDGETS")
+    if not raw:
+        return Budgets()
+    try:
+        return Budgets(*[int(x) for x in raw.split(",")])
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"ARXIVQA_EVAL_BUDGETS={raw!r}: expected four integers "
+                         "max_turns,max_tool_calls,max_tokens,max_new_tokens") from exc
+
+
+def trajectory_cache(policy_spec: str, tag: str):
+    """Where ``cached_agent_eval`` keeps a policy's trajectories on a query selection: under
+    ``<results>/eval/`` (a run folder is named by its last component, an endpoint without its URL)."""
+    import re as _re
+
+    from . import config
+
+    kind, _, rest = policy_spec.partition(":")
+    rest = rest.split("@", 1)[0].rstrip("/").rsplit("/", 1)[-1] if kind in ("run", "openai") else rest
+    name = _re.sub(r"[^A-Za-z0-9._-]+", "_", f"{kind}-{rest}" if rest else kind)
+    return config.results_dir() / "eval" / f"{name}.{tag}.trajectories.jsonl"
+
+
+def cached_agent_eval(policy_spec: str, queries: Sequence[Query], path, index=None, budgets=None,
+                      progress: bool = True, **policy_kwargs):
+    """``run_agent_eval`` that keeps every finished episode in ``path`` (JSONL, rewritten atomically after
+    each one) and reuses it: a rerun with the same policy and budgets only runs the missing queries, and
+    an interrupted evaluation loses at most the episode in flight. Returns the trajectories in query order."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from .agent import Agent, Budgets, load_trajectories, make_policy, save_trajectories
+    from .files import atomic_write_text
+    from .index import open_index
+    from .tools import ArxivEnv
+
+    budgets = budgets or Budgets()
+    path, meta_path = Path(path), Path(str(path) + ".meta.json")
+    meta = {"policy": policy_spec, "budgets": dataclasses.asdict(budgets)}
+    done: dict[str, object] = {}
+    if path.exists() and meta_path.exists() and json.loads(meta_path.read_text()) == meta:
+        done = {t.qid: t for t in load_trajectories(path)}
+    todo = [q for q in queries if q.qid not in done]
+    if todo:
+        index = index or open_index()
+        agent = Agent(make_policy(policy_spec, **policy_kwargs), budgets)
+        atomic_write_text(meta_path, json.dumps(meta))
+        for q in tqdm(todo, desc=f"episodes ({policy_spec})", unit="episode", disable=not progress):
+            done[q.qid] = agent.run(q, ArxivEnv(index))
+            save_trajectories(path, list(done.values()))
+        del agent
+    return [done[q.qid] for q in queries]
+
+
 def evaluate_trajectories(trajs, index, queries: Sequence[Query], wall_seconds: float):
     """Per-query metrics of the trajectories next to the one-shot baselines on the same queries, the
     comparison table, recall per difficulty, and the throughput figures (episodes per minute, the
@@ -228,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     from .index import open_index
 
     ap = argparse.ArgumentParser(prog="python -m arxivqa.evaluate", description="Evaluate a policy against one-shot baselines.")
-    ap.add_argument("--policy", default="local", help="local[:<model>] or openai:<model>[@<base_url>]")
+    ap.add_argument("--policy", default="local", help="local[:<model>], run:<training run folder> or openai:<model>[@<base_url>]")
     ap.add_argument("--queries", default=None, help="query file in the queries_train.jsonl format (default: the train file)")
     ap.add_argument("--split", choices=("dev", "train", "all"), default="dev",
                     help="which part of the query file (the deterministic stratified split); 'all' for a held-out file")

@@ -128,6 +128,19 @@ def resolve_model(name: str | None = None) -> str:
     return name
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bfloat16 matrix units (AMX or AVX512-BF16): there bf16 trains ~1.6x faster (and generates faster)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " amx_bf16" in flags or " avx512_bf16" in flags
+
+
+def resolve_dtype(dtype: str) -> str:
+    return ("bfloat16" if cpu_has_bf16() else "float32") if dtype == "auto" else dtype
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 

@@ -163,3 +163,41 @@ def step_time(timing: pd.DataFrame, title: str = ""):
     ax.legend(fontsize=8, ncol=1, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     return fig
+
+
+def judge_matrix(mean: pd.DataFrame, count: pd.DataFrame, title: str = "", xlabel: str = "evaluation judge",
+                 ylabel: str = "training judge", center: float | None = None):
+    """A judge × judge heatmap: each cell the value and (n) the valid judgments behind it."""
+    annot = mean.map(lambda v: "n/a" if pd.isna(v) else f"{v:.2f}") + count.map(lambda n: f"\n(n={n})")
+    fig, ax = plt.subplots(figsize=(1.9 * len(mean.columns) + 2.4, 1.2 * len(mean.index) + 1.6))
+    sns.heatmap(mean.astype(float), annot=annot, fmt="", cmap="viridis", vmin=0 if center is None else -1, vmax=1,
+                center=center, cbar=True, ax=ax)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    fig.tight_layout()
+    return fig
+
+
+def recall_per_policy(table: pd.DataFrame, by: str, title: str = "",
+                      metrics: Sequence[str] = ("recall@10", "search_recall")):
+    """Recall@10 and search recall (or other 0–1 ``metrics``) per policy / training judge (bars)."""
+    long = table.melt(id_vars=[by], value_vars=[m for m in metrics if m in table],
+                      var_name="metric", value_name="value")
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * table[by].nunique() + 2), 3.4))
+    sns.barplot(data=long, x=by, y="value", hue="metric", ax=ax)
+    ax.set(xlabel="", ylabel="mean over queries", title=title, ylim=(0, 1))
+    ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    return fig
+
+
+def score_vs_recall(scores: pd.DataFrame, recall: str = "search_recall", title: str = ""):
+    """Each valid judgment: the judge's score against the trajectory's recall, one panel per eval judge."""
+    valid = scores[~scores["fallback"].astype(bool)]
+    judges = list(dict.fromkeys(scores["eval_judge"]))
+    fig, axes = plt.subplots(1, max(1, len(judges)), figsize=(3.6 * max(1, len(judges)), 3.2), squeeze=False)
+    for ax, j in zip(axes[0], judges):
+        sns.scatterplot(data=valid[valid["eval_judge"] == j], x=recall, y="score", hue="policy", ax=ax, s=50)
+        ax.set(title=f"judge: {j}", xlim=(-0.05, 1.05), ylim=(-0.05, 1.05))
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

@@ -124,6 +124,19 @@ def preset(name: str, **overrides: Any) -> TrainConfig:
     return TrainConfig(preset=name, **{**PRESETS[name], **overrides})
 
 
+def env_preset(reward: str, steps_var: str, default_steps: int | None = None, **overrides: Any) -> TrainConfig:
+    """The notebooks' training config: preset ``ARXIVQA_PRESET`` (default ``cpu-demo``; ``paper`` on a GPU),
+    steps from the environment variable ``steps_var`` (else ``default_steps`` for cpu-demo, else the
+    preset's), plus ``overrides``. Scale is configuration: the same notebook runs either preset."""
+    name = os.environ.get("ARXIVQA_PRESET", "cpu-demo")
+    steps = os.environ.get(steps_var)
+    if steps:
+        overrides["max_steps"] = int(steps)
+    elif default_steps is not None and name == "cpu-demo":
+        overrides["max_steps"] = default_steps
+    return preset(name, reward=reward, **overrides)
+
+
 # --------------------------------------------------------------------------- data
 
 
@@ -390,22 +403,13 @@ def grpo_args(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     if cfg.gpu:
         args |= dict(bf16=True, use_vllm=cfg.use_vllm)  # unsloth's fast_inference supplies the vLLM engine
     else:
+        from .models import resolve_dtype
+
         dtype = resolve_dtype(cfg.dtype)
         args |= dict(use_cpu=True, bf16=dtype == "bfloat16", model_init_kwargs={"dtype": dtype})
     return args
 
 
-def cpu_has_bf16() -> bool:
-    """Whether this CPU has bfloat16 matrix units (AMX or AVX512-BF16): there bf16 trains ~1.6x faster."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return " amx_bf16" in flags or " avx512_bf16" in flags
-
-
-def resolve_dtype(dtype: str) -> str:
-    return ("bfloat16" if cpu_has_bf16() else "float32") if dtype == "auto" else dtype
 
 
 # --------------------------------------------------------------------------- the run
@@ -449,6 +453,44 @@ def _timed(fn: Callable, clock: StepClock, key: str) -> Callable:
             clock.add(key, time.perf_counter() - t0)
 
     return wrapper
+
+
+def run_folder(cfg: TrainConfig) -> Path:
+    """The conventional run folder of a config under ``data/runs`` (``ARXIVQA_RUNS_DIR``): notebooks
+    find each other's runs by it, so a finished run is trained once and read back afterwards."""
+    from .config import runs_dir
+
+    if cfg.reward == "rar":
+        name = f"rar-{cfg.preset}-{cfg.judge_endpoint or 'local'}-{cfg.judge_rubric}-{cfg.max_steps}steps-seed{cfg.seed}"
+    else:
+        name = f"rlvr-{cfg.preset}-{cfg.curriculum}-{cfg.max_steps}steps-seed{cfg.seed}"
+    return runs_dir() / name
+
+
+def train_or_load(cfg: TrainConfig, index=None) -> dict:
+    """Train ``cfg`` into ``run_folder(cfg)`` unless it holds a finished run (a partial one is resumed);
+    a RaR run gets its judge here and stops its server afterwards. Returns what this call did."""
+    import time as _time
+
+    out = run_folder(cfg)
+    info = {"run": out.name, "trained_now": False, "seconds": 0.0}
+    if (out / "final" / "adapter_config.json").exists():
+        return info
+    t0 = _time.perf_counter()
+    scorer = None
+    if cfg.reward == "rar":
+        from .judge import rar_scorer
+
+        scorer = rar_scorer(cfg)
+    try:
+        train(cfg, out, resume=(out / "config.json").exists(), index=index, scorer=scorer)
+    finally:
+        if scorer is not None:
+            info["judge"] = {"judged": scorer.judge.judged, "fallbacks": scorer.judge.fallbacks,
+                             "llm": scorer.judge.llm.stats.as_dict()}
+            scorer.judge.llm.close()
+    info |= {"trained_now": True, "seconds": _time.perf_counter() - t0}
+    return info
 
 
 def last_checkpoint(out: Path) -> Path | None:

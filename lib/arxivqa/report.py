@@ -1,0 +1,179 @@
+"""The report card: run every notebook headless, time each stage, and write ``results/REPORT.md``.
+
+``python -m arxivqa.report demo`` (``make demo``) executes each numbered notebook once, in order, through
+``marimo export ipynb --include-outputs`` — which runs it headless exactly like ``python notebooks/NN.py``
+and also saves the notebook *with its outputs* as ``results/notebooks/NN_name.ipynb`` for JupyterLab —
+records each stage's wall time and exit status in ``results/demo_timing.json`` (rewritten after every
+stage, so an interrupted demo keeps what finished), then writes ``results/REPORT.md``: the stages with
+wall time and model · scale · seed, and, per notebook, every table it wrote (``NN_*.md``, inlined; long
+ones linked) and every figure (``NN_*.png``). ``python -m arxivqa.report write`` rebuilds REPORT.md from
+what is in ``results/`` without running anything. The demo stops at the first failing notebook (the
+report is still written, marking it failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import config
+from .files import atomic_write_json, atomic_write_text
+
+MAX_INLINE_LINES = 30
+# settings a reader needs to reproduce the numbers (never secrets: only these names are reported)
+SETTINGS = ("ARXIVQA_SCALE", "ARXIVQA_LLM", "ARXIVQA_LABEL_QUERIES", "ARXIVQA_TRIAGE_QUERIES", "ARXIVQA_DEMO_EPISODES",
+            "ARXIVQA_TRAIN_STEPS", "ARXIVQA_RAR_STEPS", "ARXIVQA_TRAIN_JUDGES", "ARXIVQA_EVAL_JUDGES",
+            "ARXIVQA_EVAL_QUERIES_FILE", "ARXIVQA_EVAL_SPLIT", "ARXIVQA_EVAL_LIMIT", "ARXIVQA_EVAL_BUDGETS")
+
+
+def notebooks(folder: str | Path = "notebooks") -> list[Path]:
+    return sorted(p for p in Path(folder).glob("[0-9][0-9]_*.py"))
+
+
+def run_notebook(nb: Path, out_dir: Path) -> dict:
+    """Execute one notebook headless (marimo export with outputs); returns its stage record."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{nb.stem}.ipynb"
+    cli = Path(sys.executable).with_name("marimo")
+    cmd = [str(cli), "export", "ipynb", "--include-outputs", "--force", str(nb), "-o", str(target)]
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    tail = (proc.stdout + proc.stderr)[-2000:]
+    if proc.returncode != 0:
+        tail = "\n".join([*cell_errors(target), tail])[-4000:]
+    return {"notebook": nb.name, "started": started, "seconds": round(seconds, 1), "ok": proc.returncode == 0,
+            "returncode": proc.returncode, "ipynb": str(target.relative_to(config.results_dir()))
+            if target.is_relative_to(config.results_dir()) else str(target), "log_tail": "" if proc.returncode == 0 else tail}
+
+
+def cell_errors(ipynb: Path) -> list[str]:
+    """The errors of the cells that failed, from an exported notebook (marimo prints only that some did)."""
+    try:
+        cells = json.loads(ipynb.read_text()).get("cells", [])
+    except (OSError, ValueError):
+        return []
+    return ["\n".join(o.get("traceback") or [f"{o.get('ename')}: {o.get('evalue')}"])
+            for c in cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+
+
+def run_demo(nbs: list[Path], results: Path | None = None) -> list[dict]:
+    results = results or config.results_dir()
+    timing_path = results / "demo_timing.json"
+    # a partial rerun (--only) replaces its stages and keeps the others' records
+    previous = json.loads(timing_path.read_text()).get("stages", []) if timing_path.exists() else []
+    recorded = {s["notebook"]: s for s in previous}
+    stages: list[dict] = []
+    for nb in nbs:
+        print(f"== {nb.name}", flush=True)
+        rec = run_notebook(nb, results / "notebooks")
+        stages.append(rec)
+        recorded[nb.name] = rec
+        print(f"   {'ok' if rec['ok'] else 'FAILED'} in {rec['seconds'] / 60:.1f} min", flush=True)
+        ordered = [recorded[k] for k in sorted(recorded)]
+        atomic_write_json(timing_path, {"stages": ordered, "total_seconds": round(sum(s["seconds"] for s in ordered), 1),
+                                        "settings": settings()})
+        if not rec["ok"]:
+            print(rec["log_tail"], file=sys.stderr)
+            break
+    return stages
+
+
+def settings() -> dict[str, str]:
+    return {k: os.environ[k] for k in SETTINGS if k in os.environ}
+
+
+def _model_scale_seed(prefix: str, results: Path) -> str:
+    """What a stage ran: from its ``NN_run.json`` when it wrote one, else from the settings."""
+    run = results / f"{prefix}_run.json"
+    if run.exists():
+        d = json.loads(run.read_text())
+        if "config" in d:
+            c = d["config"]
+            judge = f", judge {c.get('judge_endpoint') or 'local'} ({c.get('judge_rubric')})" if c.get("reward") == "rar" else ""
+            return f"{c.get('model')} · {c.get('preset')}, {c.get('max_steps')} steps{judge} · seed {c.get('seed')}"
+        if "policies" in d and isinstance(d["policies"], dict):
+            return "; ".join(f"{k}: {v}" for k, v in d["policies"].items())
+        if "policies" in d:
+            return ", ".join(d["policies"])
+    env = os.environ
+    from .llm import get_endpoint
+    from .models import model_setting
+
+    if prefix == "01":
+        return f"static MiniLM-distilled embeddings, BM25 · {config.scale()} index · deterministic"
+    if prefix == "02":
+        return (f"{get_endpoint().model} labeller · {env.get('ARXIVQA_LABEL_QUERIES', '3')} queries, triage "
+                f"{env.get('ARXIVQA_TRIAGE_QUERIES', '6')} · greedy")
+    if prefix == "03":
+        return f"{model_setting()} agent · {env.get('ARXIVQA_DEMO_EPISODES', '3')} dev episodes · greedy"
+    return "-"
+
+
+def write_report(results: Path | None = None, nbs: list[Path] | None = None) -> Path:
+    results = results or config.results_dir()
+    timing = json.loads((results / "demo_timing.json").read_text()) if (results / "demo_timing.json").exists() else {}
+    by_nb = {s["notebook"]: s for s in timing.get("stages", [])}
+    nbs = nbs or notebooks()
+    lines = ["# arxivqa — report card", "",
+             f"Written {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC by `python -m arxivqa.report` from the "
+             "files under `results/`. Every number below was produced by the notebooks named, at the scale stated; "
+             "`make demo` regenerates all of it.", ""]
+    if timing:
+        lines += [f"**Demo wall time: {timing.get('total_seconds', 0) / 60:.1f} min** on this machine "
+                  f"({os.cpu_count()} cores). Settings: "
+                  + (", ".join(f"`{k}={v}`" for k, v in timing.get("settings", {}).items()) or "defaults"), ""]
+    lines += ["| stage | status | wall time | model · scale · seed | notebook with outputs |", "|---|---|---|---|---|"]
+    for nb in nbs:
+        s = by_nb.get(nb.name)
+        status = "not run" if s is None else ("ok" if s["ok"] else f"failed (exit {s['returncode']})")
+        wall = "-" if s is None else f"{s['seconds'] / 60:.1f} min"
+        link = f"[{nb.stem}.ipynb](notebooks/{nb.stem}.ipynb)" if (results / "notebooks" / f"{nb.stem}.ipynb").exists() else "-"
+        lines.append(f"| {nb.stem} | {status} | {wall} | {_model_scale_seed(nb.stem[:2], results).replace('|', '/')} | {link} |")
+    for nb in nbs:
+        prefix = nb.stem[:2]
+        lines += ["", f"## {nb.stem}", ""]
+        tables = sorted(results.glob(f"{prefix}_*.md"))
+        figures = sorted(results.glob(f"{prefix}_*.png"))
+        if not tables and not figures:
+            lines.append("_No tables or figures written yet._")
+        for t in tables:
+            body = t.read_text().rstrip("\n").splitlines()
+            lines += [f"### {t.stem}", ""]
+            if len(body) <= MAX_INLINE_LINES:
+                lines += body
+            else:
+                lines += body[:MAX_INLINE_LINES // 2] + ["", f"_{len(body) - 2} rows: [full table]({t.name}) "
+                                                             f"([csv]({t.stem}.csv))._"]
+            lines.append("")
+        for f in figures:
+            lines += [f"![{f.stem}]({f.name})", ""]
+    return atomic_write_text(results / "REPORT.md", "\n".join(lines).rstrip("\n") + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m arxivqa.report", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("demo", help="run the notebooks headless, then write REPORT.md")
+    d.add_argument("--only", nargs="*", default=None, help="notebook prefixes to run (e.g. 06 07); default all")
+    sub.add_parser("write", help="write REPORT.md from results/ without running anything")
+    a = p.parse_args(argv)
+    if a.cmd == "write":
+        print(write_report())
+        return
+    nbs = [nb for nb in notebooks() if not a.only or nb.stem[:2] in a.only]
+    stages = run_demo(nbs)
+    print(write_report())
+    if not all(s["ok"] for s in stages) or len(stages) < len(nbs):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
