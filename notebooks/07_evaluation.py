@@ -121,12 +121,16 @@ def _(baseline_rows, bootstrap_ci, comparison_table, index, judged, labels, pd, 
             _rows.append(trajectory_metrics(_t) | {"method": _name})
     per_query = pd.concat([pd.DataFrame(_rows), baseline_rows(index, queries)], ignore_index=True)
     # judge scores: one column per evaluation judge (failed judgments left out)
+    _judges = list(dict.fromkeys(judged["eval_judge"]))
     _valid = judged[~judged["fallback"]]
-    _wide = _valid.pivot_table(index=["policy", "qid"], columns="eval_judge", values="score").add_prefix("judge ")
-    per_query = per_query.merge(_wide, left_on=["method", "qid"], right_index=True, how="left")
+    _wide = (_valid.pivot_table(index=["policy", "qid"], columns="eval_judge", values="score")
+             .reindex(columns=_judges).add_prefix("judge "))
+    _failed = (judged.pivot_table(index=["policy", "qid"], columns="eval_judge", values="fallback", aggfunc="mean")
+               .reindex(columns=_judges).add_prefix("judge failed ").astype(float))
+    per_query = per_query.merge(_wide.join(_failed), left_on=["method", "qid"], right_index=True, how="left")
     _judge_cols = list(_wide.columns)
-    table = comparison_table(per_query, metrics=("recall@10", "search_recall", *_judge_cols, "tool_calls", "turns",
-                                                 "tokens", "seconds"))
+    table = comparison_table(per_query, metrics=("recall@10", "search_recall", *_judge_cols, *_failed.columns,
+                                                 "tool_calls", "turns", "tokens", "seconds"))
     for _c in _judge_cols:
         table[f"{_c} 95% CI"] = [("[%.3f, %.3f]" % bootstrap_ci(g[_c].dropna().to_numpy())) if g[_c].notna().any() else ""
                                 for _, g in per_query.groupby("method", sort=False)]
@@ -140,7 +144,7 @@ def _(atomic_write_json, config, judged, mo, per_query, plots, qtag, save, save_
     save_table(per_query, "07_eval_per_query")
     _fig = plots.agent_vs_baselines(per_query, title=f"Held-out evaluation ({qtag})")
     save(_fig, "07_eval.png")
-    _judge_cols = [c for c in per_query.columns if c.startswith("judge ")]
+    _judge_cols = [c for c in per_query.columns if c.startswith("judge ") and not c.startswith("judge failed")]
     _fig2 = plots.recall_per_policy(table, "method",
                                     title="Mean judge score per policy (0–1)", metrics=_judge_cols) if _judge_cols else None
     if _fig2 is not None:

@@ -108,3 +108,24 @@ def test_eval_budgets_and_cache_names(monkeypatch):
         eval_budgets()
     assert trajectory_cache("run:/x/data/runs/rar-a/", "t").name == "run-rar-a.t.trajectories.jsonl"
     assert trajectory_cache("openai:gpt-4.1-mini@https://api.openai.com/v1", "t").name == "openai-gpt-4.1-mini.t.trajectories.jsonl"
+
+
+def test_episodes_the_policy_failed_are_run_again(built_index, papers, tmp_path, monkeypatch):
+    import arxivqa.agent as agent_mod
+    from arxivqa.evaluate import cached_agent_eval
+
+    class Down:
+        name = "down"
+
+        def chat(self, messages, tools, max_new_tokens):
+            raise ConnectionError("endpoint unreachable")
+
+    monkeypatch.setattr(agent_mod, "make_policy", lambda spec, **kw: Down())
+    qs = [Query(qid="q0", query=papers[0].title, gold_in_corpus=[papers[0].arxiv_id])]
+    path = tmp_path / "x.trajectories.jsonl"
+    (failed,) = cached_agent_eval("local", qs, path, built_index, progress=False)
+    assert failed.stop_reason.startswith("policy_error: ConnectionError")
+    calls = []
+    monkeypatch.setattr(agent_mod, "make_policy", _scripted_policy_factory(calls))
+    (ok,) = cached_agent_eval("local", qs, path, built_index, progress=False)
+    assert calls and ok.stop_reason == "finished"

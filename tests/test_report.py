@@ -1,6 +1,7 @@
 """The report card: stages run headless through marimo, timed, and REPORT.md assembled from results/."""
 
 import json
+import os
 
 from arxivqa import report
 
@@ -40,6 +41,8 @@ def test_demo_runs_each_notebook_once_times_it_and_writes_the_report(tmp_path, m
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-never-reported")
     (results / "01_long.md").write_text("\n".join(["| x |", "|---|"] + [f"| {i} |" for i in range(60)]) + "\n")
     (results / "01_fig.png").write_bytes(b"\x89PNG")
+    (results / "02_old.md").write_text("| old |\n|---|\n")
+    os.utime(results / "02_old.md", (1e9, 1e9))  # written long before this demo
     stages = report.run_demo([_notebook(nbs, "01_first.py", 41), _notebook(nbs, "02_second.py", 42)], results)
     assert [s["ok"] for s in stages] == [True, True] and all(s["seconds"] > 0 for s in stages)
     assert (results / "notebooks" / "01_first.ipynb").exists()  # exported with outputs for JupyterLab
@@ -49,6 +52,7 @@ def test_demo_runs_each_notebook_once_times_it_and_writes_the_report(tmp_path, m
     text = report.write_report(results, sorted(nbs.glob("*.py"))).read_text()
     assert "| 01_first | ok |" in text and "| 42 |" in text  # the table the notebook wrote, inlined
     assert "[full table](01_long.md)" in text and "| 59 |" not in text  # long tables are linked
+    assert "### 02_table\n" in text and "### 02_old _(not written by the last run" in text
     assert "![01_fig](01_fig.png)" in text and "sk-secret" not in text and "`ARXIVQA_TRAIN_STEPS=3`" in text
 
 

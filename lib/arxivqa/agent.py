@@ -203,24 +203,6 @@ class LocalHFPolicy:
         self.temperature = temperature
         self.name = name or f"local:{self.model_name}"
 
-
-def run_policy(run_dir: str | os.PathLike, **kwargs) -> LocalHFPolicy:
-    """The policy a training run produced: its base model (``config.json``) with the LoRA adapter in
-    ``final/`` (or the last ``checkpoint-N/`` of an unfinished run)."""
-    from pathlib import Path
-
-    run = Path(run_dir)
-    if not (run / "config.json").exists():
-        raise FileNotFoundError(f"{run} is not a training run folder (no config.json); train it first")
-    cfg = json.loads((run / "config.json").read_text())
-    adapter = run / "final"
-    if not (adapter / "adapter_config.json").exists():
-        ckpts = sorted(run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-        if not ckpts:
-            raise FileNotFoundError(f"{run} has neither final/ nor a checkpoint: the run has not saved a step yet")
-        adapter = ckpts[-1]
-    return LocalHFPolicy(cfg.get("model"), adapter=adapter, name=f"run:{run.name}", **kwargs)
-
     def chat(self, messages: list[dict], tools: list[dict], max_new_tokens: int) -> AssistantTurn:
         import torch
 
@@ -238,6 +220,24 @@ def run_policy(run_dir: str | os.PathLike, **kwargs) -> LocalHFPolicy:
         return AssistantTurn(text=text, raw=raw, tool_calls=calls, parse_problems=problems,
                              prompt_tokens=int(enc.input_ids.shape[1]), completion_tokens=int(new.shape[0]),
                              seconds=time.perf_counter() - t0)
+
+
+def run_policy(run_dir: str | os.PathLike, **kwargs) -> LocalHFPolicy:
+    """The policy a training run produced: its base model (``config.json``) with the LoRA adapter in
+    ``final/`` (or the last ``checkpoint-N/`` of an unfinished run)."""
+    from pathlib import Path
+
+    run = Path(run_dir)
+    if not (run / "config.json").exists():
+        raise FileNotFoundError(f"{run} is not a training run folder (no config.json); train it first")
+    cfg = json.loads((run / "config.json").read_text())
+    adapter = run / "final"
+    if not (adapter / "adapter_config.json").exists():
+        ckpts = sorted(run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        if not ckpts:
+            raise FileNotFoundError(f"{run} has neither final/ nor a checkpoint: the run has not saved a step yet")
+        adapter = ckpts[-1]
+    return LocalHFPolicy(cfg.get("model"), adapter=adapter, name=f"run:{run.name}", **kwargs)
 
 
 class OpenAIPolicy:

@@ -272,7 +272,8 @@ def cached_agent_eval(policy_spec: str, queries: Sequence[Query], path, index=No
     meta = {"policy": policy_spec, "budgets": dataclasses.asdict(budgets)}
     done: dict[str, object] = {}
     if path.exists() and meta_path.exists() and json.loads(meta_path.read_text()) == meta:
-        done = {t.qid: t for t in load_trajectories(path)}
+        # an episode the policy itself failed (endpoint down, model error) is run again, not reused
+        done = {t.qid: t for t in load_trajectories(path) if not t.stop_reason.startswith("policy_error")}
     todo = [q for q in queries if q.qid not in done]
     if todo:
         index = index or open_index()

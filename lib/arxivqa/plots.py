@@ -172,6 +172,11 @@ def judge_matrix(mean: pd.DataFrame, count: pd.DataFrame, title: str = "", xlabe
     fig, ax = plt.subplots(figsize=(1.9 * len(mean.columns) + 2.4, 1.2 * len(mean.index) + 1.6))
     sns.heatmap(mean.astype(float), annot=annot, fmt="", cmap="viridis", vmin=0 if center is None else -1, vmax=1,
                 center=center, cbar=True, ax=ax)
+    ax.set_facecolor("#e0e0e0")  # cells without a value (no valid judgment, undefined correlation)
+    for i, row in enumerate(mean.index):
+        for j, col in enumerate(mean.columns):
+            if pd.isna(mean.loc[row, col]):
+                ax.text(j + 0.5, i + 0.5, f"n/a\n(n={count.loc[row, col]})", ha="center", va="center", color="#444444")
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     fig.tight_layout()
     return fig

@@ -142,11 +142,18 @@ def write_report(results: Path | None = None, nbs: list[Path] | None = None) -> 
         lines += ["", f"## {nb.stem}", ""]
         tables = sorted(results.glob(f"{prefix}_*.md"))
         figures = sorted(results.glob(f"{prefix}_*.png"))
+        stage = by_nb.get(nb.name)
+        since = dt.datetime.fromisoformat(stage["started"]).timestamp() if stage else None
+
+        def stale(path: Path) -> str:  # a file the last run of this stage did not (re)write
+            return (" _(not written by the last run of this stage: kept from an earlier run)_"
+                    if since is not None and path.stat().st_mtime < since - 1 else "")
+
         if not tables and not figures:
             lines.append("_No tables or figures written yet._")
         for t in tables:
             body = t.read_text().rstrip("\n").splitlines()
-            lines += [f"### {t.stem}", ""]
+            lines += [f"### {t.stem}{stale(t)}", ""]
             if len(body) <= MAX_INLINE_LINES:
                 lines += body
             else:
@@ -154,7 +161,7 @@ def write_report(results: Path | None = None, nbs: list[Path] | None = None) -> 
                                                              f"([csv]({t.stem}.csv))._"]
             lines.append("")
         for f in figures:
-            lines += [f"![{f.stem}]({f.name})", ""]
+            lines += [f"![{f.stem}]({f.name}){stale(f)}", ""]
     return atomic_write_text(results / "REPORT.md", "\n".join(lines).rstrip("\n") + "\n")
 
 
