@@ -78,10 +78,10 @@ def _(ablations, budgets, cached_agent_eval, index, mo, qtag, queries, rar_cfgs,
     # name -> (training judge, policy spec, cell label)
     specs = {"base (untrained)": ("none (base model)", "local", ablations.cell_label(DEFAULT_MODEL, "untrained", "-"))}
     if (run_folder(rlvr_cfg) / "final").exists():
-        specs["RLVR"] = ("none (RLVR reward)", f"run:{run_folder(rlvr_cfg)}",
+        specs["RLVR"] = ("none (RLVR reward)", f"run:{run_folder(rlvr_cfg).name}",
                          ablations.cell_label(rlvr_cfg.model, rlvr_cfg.preset, rlvr_cfg.seed, rlvr_cfg.max_steps))
     for _j, _cfg in rar_cfgs.items():
-        specs[f"RaR · judge {_j}"] = (_j, f"run:{run_folder(_cfg)}",
+        specs[f"RaR · judge {_j}"] = (_j, f"run:{run_folder(_cfg).name}",
                                       ablations.cell_label(_cfg.model, _cfg.preset, _cfg.seed, _cfg.max_steps))
     policies = {}
     for _name, (_tj, _spec, _label) in specs.items():

@@ -79,13 +79,13 @@ def _(DEFAULT_MODEL, ablations, budgets, cached_agent_eval, frontier, index, mo,
     # name -> (policy spec, label: model · scale · seed, policy kwargs)
     specs = {"base (untrained)": ("local", ablations.cell_label(DEFAULT_MODEL, "untrained", "-"), {})}
     if (run_folder(rlvr_cfg) / "final").exists():
-        specs["RLVR"] = (f"run:{run_folder(rlvr_cfg)}", ablations.cell_label(rlvr_cfg.model, rlvr_cfg.preset,
+        specs["RLVR"] = (f"run:{run_folder(rlvr_cfg).name}", ablations.cell_label(rlvr_cfg.model, rlvr_cfg.preset,
                                                                              rlvr_cfg.seed, rlvr_cfg.max_steps), {})
     for _j, _cfg in rar_global.items():
         if (run_folder(_cfg) / "final").exists():
-            specs[f"RaR global · judge {_j}"] = (f"run:{run_folder(_cfg)}", ablations.cell_label(
+            specs[f"RaR global · judge {_j}"] = (f"run:{run_folder(_cfg).name}", ablations.cell_label(
                 _cfg.model, _cfg.preset, _cfg.seed, _cfg.max_steps), {})
-    specs["RaR query-specific · judge local"] = (f"run:{run_folder(rar_query_cfg)}", ablations.cell_label(
+    specs["RaR query-specific · judge local"] = (f"run:{run_folder(rar_query_cfg).name}", ablations.cell_label(
         rar_query_cfg.model, rar_query_cfg.preset, rar_query_cfg.seed, rar_query_cfg.max_steps), {})
     if frontier is not None:
         specs[f"frontier {frontier.model}"] = (f"openai:{frontier.model}@{frontier.base_url}",
