@@ -46,6 +46,7 @@ def test_demo_runs_each_notebook_once_times_it_and_writes_the_report(tmp_path, m
     stages = report.run_demo([_notebook(nbs, "01_first.py", 41), _notebook(nbs, "02_second.py", 42)], results)
     assert [s["ok"] for s in stages] == [True, True] and all(s["seconds"] > 0 for s in stages)
     assert (results / "notebooks" / "01_first.ipynb").exists()  # exported with outputs for JupyterLab
+    assert report.relative_paths(f"see {report.config.REPO_ROOT}/data/runs/x") == "see data/runs/x"
     timing = json.loads((results / "demo_timing.json").read_text())
     assert [s["notebook"] for s in timing["stages"]] == ["01_first.py", "02_second.py"]
     assert timing["settings"] == {"ARXIVQA_TRAIN_STEPS": "3"}

@@ -56,6 +56,12 @@ def runs_dir() -> Path:
     return _path("ARXIVQA_RUNS_DIR", REPO_ROOT / "data" / "runs")
 
 
+def episodes_dir() -> Path:
+    """Where notebooks 06/07 keep evaluated episodes for reuse (``ARXIVQA_EPISODES_DIR``); git-ignored,
+    so a clean checkout evaluates afresh."""
+    return _path("ARXIVQA_EPISODES_DIR", REPO_ROOT / "data" / "episodes")
+
+
 SCALES = ("demo", "full")
 
 

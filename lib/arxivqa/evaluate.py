@@ -242,7 +242,7 @@ def eval_budgets():
 
 def trajectory_cache(policy_spec: str, tag: str):
     """Where ``cached_agent_eval`` keeps a policy's trajectories on a query selection: under
-    ``<results>/eval/`` (a run folder is named by its last component, an endpoint without its URL)."""
+    ``data/episodes/`` (a run folder is named by its last component, an endpoint without its URL)."""
     import re as _re
 
     from . import config
@@ -250,7 +250,7 @@ def trajectory_cache(policy_spec: str, tag: str):
     kind, _, rest = policy_spec.partition(":")
     rest = rest.split("@", 1)[0].rstrip("/").rsplit("/", 1)[-1] if kind in ("run", "openai") else rest
     name = _re.sub(r"[^A-Za-z0-9._-]+", "_", f"{kind}-{rest}" if rest else kind)
-    return config.results_dir() / "eval" / f"{name}.{tag}.trajectories.jsonl"
+    return config.episodes_dir() / f"{name}.{tag}.trajectories.jsonl"
 
 
 def cached_agent_eval(policy_spec: str, queries: Sequence[Query], path, index=None, budgets=None,

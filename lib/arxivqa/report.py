@@ -46,12 +46,20 @@ def run_notebook(nb: Path, out_dir: Path) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
+    if target.exists():  # outputs name files relative to the repository, not this machine's paths
+        atomic_write_text(target, relative_paths(target.read_text()))
     tail = (proc.stdout + proc.stderr)[-2000:]
     if proc.returncode != 0:
         tail = "\n".join([*cell_errors(target), tail])[-4000:]
     return {"notebook": nb.name, "started": started, "seconds": round(seconds, 1), "ok": proc.returncode == 0,
             "returncode": proc.returncode, "ipynb": str(target.relative_to(config.results_dir()))
             if target.is_relative_to(config.results_dir()) else str(target), "log_tail": "" if proc.returncode == 0 else tail}
+
+
+def relative_paths(text: str) -> str:
+    """``text`` with the repository's absolute path removed (``/x/repo/data/runs`` → ``data/runs``)."""
+    root = str(config.REPO_ROOT)
+    return text.replace(root + "/", "").replace(root, ".")
 
 
 def cell_errors(ipynb: Path) -> list[str]:
