@@ -19,10 +19,10 @@ def _():
     from arxivqa.index import build_for_scale
     from arxivqa.plots import (failure_mode_rates, save, save_table, step_time, tool_calls_per_rollout,
                                training_curves)
-    from arxivqa.train import env_preset, run_folder, train
+    from arxivqa.train import env_preset, run_folder, train_or_load
 
     return (atomic_write_json, build_for_scale, config, early_late, failure_mode_rates, json, load_run, mo, os, pd,
-            env_preset, run_folder, save, save_table, step_time, time, tool_calls_per_rollout, train, training_curves)
+            env_preset, run_folder, save, save_table, step_time, time, tool_calls_per_rollout, train_or_load, training_curves)
 
 
 @app.cell
@@ -70,17 +70,13 @@ def _(build_for_scale, config, env_preset, os, run_folder):
 
 
 @app.cell
-def _(cfg, index, mo, out_dir, time, train):
-    def ensure_run(c, folder):
-        """Train unless the folder holds a finished run; resume a partial one. Returns wall seconds spent."""
-        if (folder / "final").exists():
-            return 0.0
-        t0 = time.perf_counter()
-        train(c, folder, resume=(folder / "config.json").exists(), index=index)
-        return time.perf_counter() - t0
+def _(cfg, index, mo, out_dir, train_or_load):
+    def ensure_run(c):
+        """Train unless the run folder holds a finished run; resume a partial one. Returns wall seconds spent."""
+        return train_or_load(c, index)["seconds"]
 
-    with mo.status.spinner(title=f"GRPO ({cfg.preset}, {cfg.max_steps} steps) → {out_dir}"):
-        train_seconds = ensure_run(cfg, out_dir)
+    with mo.status.spinner(title=f"GRPO ({cfg.preset}, {cfg.max_steps} steps) → {out_dir.name}"):
+        train_seconds = ensure_run(cfg)
     return ensure_run, train_seconds
 
 
@@ -188,7 +184,7 @@ def _(compare, curriculum, ensure_run, load_run, mo, pd, run, run_config, run_di
     _dir2 = run_dir(_cfg2)
     if compare:
         with mo.status.spinner(title=f"training the {_other} schedule for comparison"):
-            ensure_run(_cfg2, _dir2)
+            ensure_run(_cfg2)
     if (_dir2 / "final").exists():
         _run2 = load_run(_dir2)
         _both = pd.concat([run["rollouts"].assign(schedule=curriculum), _run2["rollouts"].assign(schedule=_other)])

@@ -21,10 +21,10 @@ def _():
     from arxivqa.judge import Judge
     from arxivqa.llm import open_llm
     from arxivqa.plots import save, save_table
-    from arxivqa.train import env_preset, run_folder, train
+    from arxivqa.train import env_preset, run_folder, train_or_load
 
     return (Judge, atomic_write_json, build_for_scale, config, load_run, mo, open_llm, os, pd, plt, env_preset, run_folder, save,
-            save_table, sns, time, train)
+            save_table, sns, time, train_or_load)
 
 
 @app.cell
@@ -61,22 +61,10 @@ def _(build_for_scale, config, env_preset, os, run_folder):
 
 
 @app.cell
-def _(index, mo, rar_cfg, rar_dir, time, train):
-    from arxivqa.judge import rar_scorer
-
-    train_seconds = 0.0
-    judge_counts = {}
-    if not (rar_dir / "final").exists():
-        _t0 = time.perf_counter()
-        with mo.status.spinner(title=f"RaR GRPO ({rar_cfg.max_steps} steps) with the judge starting…"):
-            _scorer = rar_scorer(rar_cfg)
-            try:
-                train(rar_cfg, rar_dir, resume=(rar_dir / "config.json").exists(), index=index, scorer=_scorer)
-            finally:
-                judge_counts = {"judged": _scorer.judge.judged, "fallbacks": _scorer.judge.fallbacks,
-                                "llm": _scorer.judge.llm.stats.as_dict()}
-                _scorer.judge.llm.close()
-        train_seconds = time.perf_counter() - _t0
+def _(index, mo, rar_cfg, train_or_load):
+    with mo.status.spinner(title=f"RaR GRPO ({rar_cfg.max_steps} steps) with the judge (or read back)"):
+        _info = train_or_load(rar_cfg, index)
+    judge_counts, train_seconds = _info.get("judge", {}), _info["seconds"]
     return judge_counts, train_seconds
 
 
