@@ -127,14 +127,19 @@ def _defang(text: str, query: str = "") -> str:
     return _RUBRIC_WORDS.sub("[…]", text.replace("{", "(").replace("}", ")"))
 
 
+def _args_text(result) -> str:
+    """A tool call's arguments as the policy wrote them (a string, or its dict as JSON)."""
+    args = result.arguments
+    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+
+
 def grader_directed_sentences(traj: Trajectory) -> int:
     """How many sentences of the policy's reasoning and tool arguments addressed the grader."""
     n = 0
     for s in traj.steps:
         n += redact_grader_directed(s.assistant.text, traj.query)[1]
         for r in s.results:
-            args = r.arguments if isinstance(r.arguments, str) else json.dumps(r.arguments, ensure_ascii=False)
-            n += redact_grader_directed(args, traj.query)[1]
+            n += redact_grader_directed(_args_text(r), traj.query)[1]
     return n
 
 
@@ -144,8 +149,7 @@ def trajectory_document(traj: Trajectory, max_reasoning_chars: int = 400, max_re
     for s in traj.steps:
         calls = []
         for r in s.results:
-            args = r.arguments if isinstance(r.arguments, str) else json.dumps(r.arguments, ensure_ascii=False)
-            item: dict = {"tool": _defang(r.name, traj.query), "arguments": _defang(args, traj.query)}
+            item: dict = {"tool": _defang(r.name, traj.query), "arguments": _defang(_args_text(r), traj.query)}
             if r.error:
                 item["error"] = r.result[:200]
             elif r.name in ("keyword_search", "semantic_search"):
