@@ -6,14 +6,13 @@ app = marimo.App(width="medium")
 
 @app.cell
 def _():
-    import os
     import time
 
     import marimo as mo
 
     from arxivqa import config
-    from arxivqa.corpus import load_queries, split_queries
-    from arxivqa.evaluate import scorable
+    from arxivqa.config import settings
+    from arxivqa.corpus import load_queries, select_queries
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
     from arxivqa.labelling import (Labeller, LabellerConfig, LabelStore, agreement, agreement_summary, labels_dir,
@@ -22,8 +21,8 @@ def _():
     from arxivqa.plots import labeller_agreement, save, save_table, triage_confusion
 
     return (LabelStore, Labeller, LabellerConfig, agreement, agreement_summary, atomic_write_json, build_for_scale,
-            config, get_endpoint, labeller_agreement, labels_dir, load_queries, mo, open_llm, os, save, save_table,
-            scorable, split_queries, time, triage, triage_confusion)
+            config, get_endpoint, labeller_agreement, labels_dir, load_queries, mo, open_llm, save, save_table,
+            select_queries, settings, time, triage, triage_confusion)
 
 
 @app.cell
@@ -52,16 +51,17 @@ def _(mo):
 
 
 @app.cell
-def _(LabelStore, build_for_scale, config, get_endpoint, labels_dir, load_queries, os, scorable, split_queries):
+def _(LabelStore, build_for_scale, config, get_endpoint, labels_dir, load_queries, select_queries, settings):
     index, _ = build_for_scale()
     all_queries = load_queries()
-    dev_queries, train_queries = split_queries(all_queries)
-    n_label = int(os.environ.get("ARXIVQA_LABEL_QUERIES", "3"))
-    n_triage = int(os.environ.get("ARXIVQA_TRIAGE_QUERIES", "6"))
+    _s = settings()
+    n_label, n_triage = _s.label_queries, _s.triage_queries
     endpoint = get_endpoint()
-    to_label = scorable(train_queries)[:n_label]
+    # the labeller and the triage work on the train part only: the dev part stays unseen for evaluation
+    train_queries = select_queries(split="train", scorable_only=False).queries
+    to_label = select_queries(split="train", limit=n_label).queries if n_label else []
     _rated = [q for q in train_queries if q.difficulty][: n_triage - n_triage // 2]
-    _unrated = [q for q in all_queries if not q.difficulty][: n_triage // 2]
+    _unrated = [q for q in train_queries if not q.difficulty][: n_triage // 2]
     to_triage = _rated + _unrated
     store = LabelStore.open(labels_dir() / "labels.json", all_queries)
     runs_path = labels_dir() / f"runs-{endpoint.name}.jsonl"

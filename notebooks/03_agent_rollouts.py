@@ -6,23 +6,23 @@ app = marimo.App(width="medium")
 
 @app.cell
 def _():
-    import os
     import time
 
     import marimo as mo
 
     from arxivqa import config
     from arxivqa.agent import Agent, Budgets, make_policy, save_trajectories
-    from arxivqa.corpus import load_queries, split_queries
-    from arxivqa.evaluate import evaluate_trajectories, scorable
+    from arxivqa.config import settings
+    from arxivqa.corpus import select_queries
+    from arxivqa.evaluate import evaluate_trajectories
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
     from arxivqa.plots import agent_vs_baselines, save, save_table
     from arxivqa.tools import ArxivEnv
 
     return (Agent, ArxivEnv, Budgets, agent_vs_baselines, atomic_write_json, build_for_scale, config,
-            evaluate_trajectories, load_queries, make_policy, mo, os, save, save_table, save_trajectories,
-            scorable, split_queries, time)
+            evaluate_trajectories, make_policy, mo, save, save_table, save_trajectories, select_queries, settings,
+            time)
 
 
 @app.cell
@@ -43,12 +43,12 @@ def _(mo):
 
 
 @app.cell
-def _(Budgets, build_for_scale, config, load_queries, os, scorable, split_queries):
+def _(Budgets, build_for_scale, config, select_queries, settings):
     index, _ = build_for_scale()  # reuses notebook 01's index (a rebuild adds only what is missing)
-    policy_spec = os.environ.get("ARXIVQA_POLICY", "local")
-    n_episodes = int(os.environ.get("ARXIVQA_DEMO_EPISODES", "3"))
+    policy_spec = settings().policy
+    n_episodes = settings().demo_episodes
     budgets = Budgets(max_turns=4, max_tool_calls=12, max_tokens=1200, max_new_tokens=192)
-    dev_queries = scorable(split_queries(load_queries())[1])[:n_episodes]
+    dev_queries = select_queries(split="dev", limit=n_episodes).queries
     scale_name = config.scale()
     return budgets, dev_queries, index, policy_spec, scale_name
 

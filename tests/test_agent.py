@@ -3,8 +3,9 @@ import math
 
 import pytest
 
-from arxivqa.agent import (Agent, AssistantTurn, Budgets, Step, ToolResult, Trajectory, load_trajectories,
-                           make_policy, parse_tool_calls, save_trajectories, tool_schemas)
+from arxivqa.agent import Agent, make_policy, parse_tool_calls, tool_schemas
+from arxivqa.records import (AssistantTurn, Budgets, Step, ToolCallRecord, Trajectory, load_trajectories,
+                             save_trajectories)
 from arxivqa.corpus import Query
 from arxivqa.evaluate import query_diversity, trajectory_metrics
 from arxivqa.tools import ArxivEnv
@@ -163,7 +164,7 @@ def test_policy_failure_is_recorded(built_index, query):
 # ---------------------------------------------------------------- records and metrics
 
 def hand_built(submitted, seen, queries=("a b", "a c")):
-    results = [ToolResult(call_id=str(i), name="keyword_search", arguments={"query": q}, result="...",
+    results = [ToolCallRecord(call_id=str(i), name="keyword_search", arguments={"query": q}, result="...",
                           result_ids=list(seen) if i == 0 else []) for i, q in enumerate(queries)]
     return Trajectory(qid="h", query="q", difficulty="hard", gold_in_corpus=["g1", "g2", "g3", "g4"], policy="p",
                       steps=[Step(turn=1, assistant=AssistantTurn(), results=results)], submitted=submitted,

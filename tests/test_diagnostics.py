@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from arxivqa.agent import AssistantTurn, Step, ToolCall, ToolResult, Trajectory
+from arxivqa.records import AssistantTurn, Step, ToolCall, ToolCallRecord, Trajectory
 from arxivqa.diagnostics import (FAILURE_MODES, DiagnosticsConfig, detect_latent_knowledge,
                                  detect_no_exploration, detect_no_reasoning_between_calls, detect_rephrasing,
                                  is_single_kw_single_sem, query_similarity, reasoning_before_tool_turn,
@@ -17,8 +17,8 @@ from arxivqa.diagnostics import (FAILURE_MODES, DiagnosticsConfig, detect_latent
 QUERY = "What are recent papers on sparse attention for long context transformers?"
 
 
-def res(name, result="...", ids=(), **args) -> ToolResult:
-    return ToolResult(call_id=f"c{id(args)}", name=name, arguments=args, result=result, result_ids=list(ids))
+def res(name, result="...", ids=(), **args) -> ToolCallRecord:
+    return ToolCallRecord(call_id=f"c{id(args)}", name=name, arguments=args, result=result, result_ids=list(ids))
 
 
 def turn(text, *results) -> tuple:
@@ -26,7 +26,7 @@ def turn(text, *results) -> tuple:
 
 
 def make(*turns, query=QUERY, submitted=("x1",)) -> Trajectory:
-    """Each turn: (reasoning text, [ToolResult, ...])."""
+    """Each turn: (reasoning text, [ToolCallRecord, ...])."""
     steps = [Step(turn=i, assistant=AssistantTurn(text=text, tool_calls=[ToolCall(name=r.name, arguments=r.arguments)
                                                                          for r in results]), results=results)
              for i, (text, results) in enumerate(turns, 1)]

@@ -2,7 +2,8 @@ import pandas as pd
 import pytest
 
 from arxivqa.corpus import Query
-from arxivqa.evaluate import bootstrap_ci, one_shot_baselines, recall_at_k, rrf, summarize
+from arxivqa.evaluate import bootstrap_ci, one_shot_baselines, rrf, summarize
+from arxivqa.records import recall_at_k
 from conftest import by_title
 
 
@@ -49,7 +50,8 @@ def test_summarize_means_per_difficulty():
 # ---------------------------------------------------------------- held-out evaluation helpers (notebooks 06/07)
 
 def _scripted_policy_factory(calls):
-    from arxivqa.agent import AssistantTurn, parse_tool_calls
+    from arxivqa.agent import parse_tool_calls
+    from arxivqa.records import AssistantTurn
 
     class Finisher:
         name = "finisher"
@@ -65,7 +67,7 @@ def _scripted_policy_factory(calls):
 
 def test_cached_agent_eval_reuses_finished_episodes(built_index, papers, tmp_path, monkeypatch):
     import arxivqa.agent as agent_mod
-    from arxivqa.agent import Budgets
+    from arxivqa.records import Budgets
     from arxivqa.evaluate import cached_agent_eval
 
     calls = []
@@ -98,7 +100,7 @@ def test_eval_queries_reads_any_file_in_the_train_format(tmp_path, papers, monke
 
 
 def test_eval_budgets_and_cache_names(monkeypatch):
-    from arxivqa.agent import Budgets
+    from arxivqa.records import Budgets
     from arxivqa.evaluate import eval_budgets, trajectory_cache
 
     monkeypatch.setenv("ARXIVQA_EVAL_BUDGETS", "2,4,384,160")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from arxivqa.agent import AssistantTurn, Step, ToolCall, ToolResult, Trajectory
+from arxivqa.records import AssistantTurn, Hit, Step, ToolCall, ToolCallRecord, Trajectory
 from arxivqa.judge import (BEGIN, END, REDACTED, RUBRIC, Criterion, Judge, Judgment, JudgeResult, QueryRubric,
                            explicit_score, holistic_to_unit, rar_components, redact_grader_directed,
                            render_for_judge, trajectory_document)
@@ -23,13 +23,15 @@ def _search_text(hits):
 
 def traj(reasoning="Look for sparse attention papers.", submitted=("2501.00001",), tokens=500, query="sparse attention"):
     hits = [("2501.00001", "Sparse attention for long documents"), ("2501.00002", "Linear transformers")]
-    r1 = ToolResult(call_id="c1", name="keyword_search", arguments={"query": "sparse attention"},
-                    result=_search_text(hits), result_ids=[h[0] for h in hits])
+    r1 = ToolCallRecord(call_id="c1", name="keyword_search", arguments={"query": "sparse attention"},
+                        result=_search_text(hits),
+                        hits=[Hit(arxiv_id=pid, id=f"P-{i:08x}", title=t, published=f"2025-01-0{i}", rank=i)
+                              for i, (pid, t) in enumerate(hits, 1)])
     steps = [Step(turn=1, assistant=AssistantTurn(text=reasoning, tool_calls=[ToolCall(name="keyword_search",
                                                                                       arguments=r1.arguments)]),
                   results=[r1])]
     if submitted is not None:
-        fin = ToolResult(call_id="c2", name="finish", arguments={"paper_ids": ["P-00000001"]}, result="Submitted")
+        fin = ToolCallRecord(call_id="c2", name="finish", arguments={"paper_ids": ["P-00000001"]}, result="Submitted")
         steps.append(Step(turn=2, assistant=AssistantTurn(text="Done.", tool_calls=[ToolCall(name="finish")]),
                           results=[fin]))
     return Trajectory(qid="q", query=query, gold_in_corpus=["2501.00001"], policy="t", steps=steps,

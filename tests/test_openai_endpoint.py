@@ -3,7 +3,8 @@ the packaged Qwen2.5-Coder-0.5B-Instruct on loopback), not a mocked client."""
 
 import pytest
 
-from arxivqa.agent import Agent, Budgets, OpenAIPolicy, tool_schemas
+from arxivqa.agent import Agent, OpenAIPolicy, tool_schemas
+from arxivqa.records import Budgets
 from arxivqa.corpus import Query
 from arxivqa.models import DEFAULT_MODEL, resolve_model
 from arxivqa.tools import ArxivEnv

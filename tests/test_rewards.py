@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from arxivqa.agent import AssistantTurn, Step, ToolCall, ToolResult, Trajectory
+from arxivqa.records import AssistantTurn, Step, ToolCall, ToolCallRecord, Trajectory
 from arxivqa.rewards import (GATES, RewardConfig, citation_gate, duplication_gate, length_penalty, limit_gate,
                              multi_turn_bonus, redundancy, rlvr_reward, search_recall, submission_gate)
 
 GOLD = ["g1", "g2", "g3", "g4"]
 
 
-def res(name, ids=(), error=False, **args) -> ToolResult:
-    return ToolResult(call_id=f"c{id(args)}", name=name, arguments=args, result="...", error=error, result_ids=list(ids))
+def res(name, ids=(), error=False, **args) -> ToolCallRecord:
+    return ToolCallRecord(call_id=f"c{id(args)}", name=name, arguments=args, result="...", error=error, result_ids=list(ids))
 
 
 def make(*turns, gold=GOLD, submitted=None) -> Trajectory:

@@ -25,16 +25,16 @@ import json
 import os
 import re
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Protocol
 
-from pydantic import BaseModel, Field
-
+from .config import secret
 from .corpus import Query
-from .tools import TOOL_NAMES, ArxivEnv
+from .records import (TOOL_NAMES, AssistantTurn, Budgets, ToolCall, ToolCallRecord, Trajectory, load_trajectories,  # noqa: F401 - re-exported
+                      save_trajectories)
+from .tools import ArxivEnv
 
 SYSTEM_PROMPT = """You are a research retrieval agent for arXiv AI papers. Your job: find the papers that best answer the user's research query.
 
@@ -50,14 +50,6 @@ Call a tool by writing, for each call:
 <tool_call>
 {"name": "keyword_search", "arguments": {"query": "your search terms"}}
 </tool_call>"""
-
-
-@dataclass
-class Budgets:
-    max_turns: int = 10  # alphaXiv's sandbox: MAX_TURNS=10
-    max_tool_calls: int = 30
-    max_tokens: int = 6000  # completion tokens over the whole episode
-    max_new_tokens: int = 384  # per assistant turn
 
 
 def tool_schemas() -> list[dict]:
@@ -76,12 +68,6 @@ def _schemas() -> tuple[dict, ...]:
 # --------------------------------------------------------------------------- parsing
 
 
-class ToolCall(BaseModel):
-    id: str = Field(default_factory=lambda: "call_" + uuid.uuid4().hex[:12])
-    name: str
-    arguments: Any = Field(default_factory=dict)  # a dict, or the raw string when it was not JSON
-
-
 _TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 _FENCE = re.compile(r"```(?:json|tool_call|tool)?\s*(.*?)```", re.S)
 
@@ -98,8 +84,11 @@ def _objects(text: str) -> tuple[list[Any], list[str]]:
                 values.append(value)
                 i = end
                 continue
+            except RecursionError:  # thousands of nested brackets: nothing a tool call needs
+                broken.append(text[i : i + 60] + " … (nested too deeply)")
+                break
             except json.JSONDecodeError:
-                if text[i] == "{" and re.match(r'\{\s*"(name|function|tool)"', text[i:]):
+                if text[i] == "{" and re.match(r'\{\s*"(name|function|tool)"', text[i : i + 40]):
                     broken.append(text[i : i + 200])
         i += 1
     return values, broken
@@ -117,7 +106,7 @@ def _as_call(value: Any) -> ToolCall | None:
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             pass  # keep the raw string: the environment answers with an error message
     return ToolCall(name=name.strip(), arguments=args)
 
@@ -162,16 +151,6 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall], list[str]]:
 
 
 # --------------------------------------------------------------------------- policies
-
-
-class AssistantTurn(BaseModel):
-    text: str = ""  # reasoning / prose the model wrote (without the tool-call markup)
-    raw: str = ""  # the model's raw output (local models) or content (API)
-    tool_calls: list[ToolCall] = Field(default_factory=list)
-    parse_problems: list[str] = Field(default_factory=list)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    seconds: float = 0.0
 
 
 class Policy(Protocol):
@@ -248,7 +227,7 @@ class OpenAIPolicy:
                  temperature: float = 0.0, timeout: float = 120.0, max_retries: int = 4) -> None:
         from openai import OpenAI
 
-        key = os.environ.get(api_key_env) or "not-needed-for-a-local-server"
+        key = secret(api_key_env) or "not-needed-for-a-local-server"
         self.client = OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries)
         self.model_name, self.temperature = model, temperature
         self.name = f"openai:{model}" + (f"@{base_url}" if base_url else "")
@@ -320,56 +299,6 @@ def _loads(s: Any) -> Any:
 # --------------------------------------------------------------------------- trajectories
 
 
-class ToolResult(BaseModel):
-    call_id: str
-    name: str
-    arguments: Any = None
-    result: str
-    error: bool = False
-    result_ids: list[str] = Field(default_factory=list, description="real arXiv IDs the result showed")
-    seconds: float = 0.0
-
-
-class Step(BaseModel):
-    turn: int
-    assistant: AssistantTurn
-    results: list[ToolResult] = Field(default_factory=list)
-
-
-class Trajectory(BaseModel):
-    qid: str
-    query: str
-    difficulty: str | None = None
-    gold_in_corpus: list[str] = Field(default_factory=list)
-    policy: str
-    steps: list[Step] = Field(default_factory=list)
-    submitted: list[str] | None = None  # real arXiv IDs given to finish
-    stop_reason: str = ""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    seconds: float = 0.0
-    tool_seconds: float = 0.0
-    generation_seconds: float = 0.0
-
-    @property
-    def tool_results(self) -> list[ToolResult]:
-        return [r for s in self.steps for r in s.results]
-
-    def seen_ids(self) -> set[str]:
-        return {pid for r in self.tool_results for pid in r.result_ids}
-
-
-def save_trajectories(path, trajectories: Sequence[Trajectory]) -> None:
-    from .files import atomic_write_text
-
-    atomic_write_text(path, "".join(t.model_dump_json() + "\n" for t in trajectories))
-
-
-def load_trajectories(path) -> list[Trajectory]:
-    with open(path, encoding="utf-8") as fh:
-        return [Trajectory.model_validate_json(line) for line in fh if line.strip()]
-
-
 # --------------------------------------------------------------------------- the loop
 
 
@@ -384,8 +313,7 @@ class Agent:
         tools = tool_schemas()
         messages: list[dict] = [{"role": "system", "content": self.system_prompt},
                                 {"role": "user", "content": query.query}]
-        traj = Trajectory(qid=query.qid, query=query.query, difficulty=query.difficulty,
-                          gold_in_corpus=query.gold_in_corpus, policy=self.policy.name)
+        traj = Trajectory.start(query, self.policy.name)
         b = self.budgets
         t_start = time.perf_counter()
         calls_made = 0
@@ -402,8 +330,7 @@ class Agent:
             traj.prompt_tokens += out.prompt_tokens
             traj.completion_tokens += out.completion_tokens
             traj.generation_seconds += out.seconds
-            step = Step(turn=turn, assistant=out)
-            traj.steps.append(step)
+            step = traj.add_step(out)
             calls = out.tool_calls
             over = max(0, calls_made + len(calls) - b.max_tool_calls)
             allowed, refused = calls[: len(calls) - over], calls[len(calls) - over:]
@@ -419,12 +346,13 @@ class Agent:
             t0 = time.perf_counter()
             batch = env._run_batch([(c.name, c.arguments) for c in allowed], turn=turn)
             traj.tool_seconds += time.perf_counter() - t0
-            for c, (text, rec) in zip(allowed, batch):
-                step.results.append(ToolResult(call_id=c.id, name=c.name, arguments=c.arguments, result=text,
-                                               error=rec.error, result_ids=rec.result_ids, seconds=rec.seconds))
+            for c, (_text, rec) in zip(allowed, batch):
+                rec.call_id = c.id
+                step.results.append(rec)
             for c in refused:
-                step.results.append(ToolResult(call_id=c.id, name=c.name, arguments=c.arguments, error=True,
-                                               result=f"Error: tool-call budget of {b.max_tool_calls} calls used up"))
+                step.results.append(ToolCallRecord(call_id=c.id, turn=turn, name=c.name, arguments=c.arguments,
+                                                   error=True,
+                                                   result=f"Error: tool-call budget of {b.max_tool_calls} calls used up"))
             calls_made += len(allowed)
             for r in step.results:
                 messages.append({"role": "tool", "tool_call_id": r.call_id, "name": r.name, "content": r.result})

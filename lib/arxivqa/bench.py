@@ -29,11 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from . import config
-from .corpus import Query, gold_ids, iter_papers, load_queries, select
+from .corpus import Query, gold_ids, iter_papers, load_queries, scorable, select
 from .embed import get_embedder
-from .evaluate import recall_at_k, scorable
 from .files import atomic_write_json, atomic_write_text
 from .index import Bm25sEngine, SearchIndex, SemanticIndex, WhooshEngine
+from .records import recall_at_k
 from .tools import ArxivEnv
 
 

@@ -1,88 +1,222 @@
-"""Paths and settings, all overridable from the environment.
+"""Every setting of the project, read from the environment in one place.
 
-| setting            | env var               | default                         |
-|--------------------|-----------------------|---------------------------------|
-| data directory     | ``ARXIVQA_DATA_DIR``  | ``<repo>/../shared/data``       |
-| index directory    | ``ARXIVQA_INDEX_DIR`` | ``<repo>/data/index``           |
-| results directory  | ``ARXIVQA_RESULTS_DIR`` | ``<repo>/results``            |
-| model directory    | ``ARXIVQA_MODELS_DIR``| ``<repo>/data/models``          |
-| training runs      | ``ARXIVQA_RUNS_DIR``  | ``<repo>/data/runs``            |
-| scale              | ``ARXIVQA_SCALE``     | ``demo`` (or ``full``)          |
-| demo corpus size   | ``ARXIVQA_DEMO_PAPERS`` | ``20000``                     |
-| keyword engine     | ``ARXIVQA_KEYWORD_ENGINE`` | ``bm25s`` (or ``whoosh``)  |
-| semantic search    | ``ARXIVQA_SEMANTIC_SEARCH`` | ``exact`` (or ``hnsw``)   |
+``settings()`` returns a typed ``Settings`` object built from the ``ARXIVQA_*`` variables (re-read only
+when one of them changes); every module and notebook takes its values from it, and no other module
+reads ``os.environ``. Secrets (API keys) are not settings: ``secret(name)`` reads the variable that an
+endpoint names, and its value is never stored, logged or written to results.
 
-Relative values are taken relative to the current working directory, like any path a user types.
+The README's settings table is ``python -m arxivqa.config table`` (a test keeps the two identical).
+Relative paths are taken relative to the current working directory, like any path a user types.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 CORPUS_FILE = "arxiv_ai_papers.jsonl.gz"
 QUERIES_FILE = "queries_train.jsonl"
-
-
-def _path(var: str, default: Path) -> Path:
-    value = os.environ.get(var)
-    return Path(value).expanduser().resolve() if value else default.resolve()
-
-
-def data_dir() -> Path:
-    """Where the corpus and query files live (``ARXIVQA_DATA_DIR``)."""
-    return _path("ARXIVQA_DATA_DIR", REPO_ROOT.parent / "shared" / "data")
-
-
-def index_dir() -> Path:
-    """Root under which indexes are built (``ARXIVQA_INDEX_DIR``); git-ignored by default."""
-    return _path("ARXIVQA_INDEX_DIR", REPO_ROOT / "data" / "index")
-
-
-def results_dir() -> Path:
-    """Where notebooks and benchmarks write tables and figures (``ARXIVQA_RESULTS_DIR``)."""
-    return _path("ARXIVQA_RESULTS_DIR", REPO_ROOT / "results")
-
-
-def models_dir() -> Path:
-    """Where derived local models (e.g. the distilled static embedder) are kept (``ARXIVQA_MODELS_DIR``)."""
-    return _path("ARXIVQA_MODELS_DIR", REPO_ROOT / "data" / "models")
-
-
-def runs_dir() -> Path:
-    """Where training runs keep checkpoints, rollouts and logs (``ARXIVQA_RUNS_DIR``); git-ignored by default."""
-    return _path("ARXIVQA_RUNS_DIR", REPO_ROOT / "data" / "runs")
-
-
-def episodes_dir() -> Path:
-    """Where notebooks 06/07 keep evaluated episodes for reuse (``ARXIVQA_EPISODES_DIR``); git-ignored,
-    so a clean checkout evaluates afresh."""
-    return _path("ARXIVQA_EPISODES_DIR", REPO_ROOT / "data" / "episodes")
-
-
+PREFIX = "ARXIVQA_"
 SCALES = ("demo", "full")
 
 
+def _repo(*parts: str) -> Path:
+    return REPO_ROOT.joinpath(*parts).resolve()
+
+
+def _names(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+class Settings(BaseModel):
+    """The project's settings. Each field's environment variable is ``ARXIVQA_<FIELD NAME IN CAPITALS>``."""
+
+    model_config = {"frozen": True}
+
+    # -- where things live
+    data_dir: Path = Field(_repo("..", "shared", "data"), description="folder holding the corpus and query files")
+    index_dir: Path = Field(_repo("data", "index"), description="root under which indexes are built")
+    results_dir: Path = Field(_repo("results"), description="tables, figures, committed runs")
+    models_dir: Path = Field(_repo("data", "models"), description="converted local models, the distilled embedder")
+    runs_dir: Path = Field(_repo("data", "runs"), description="training runs trained on this machine")
+    episodes_dir: Path = Field(_repo("data", "episodes"), description="evaluated episodes kept for reuse")
+    cache_dir: Path = Field(_repo("data", "cache"), description="the LLM response cache")
+    labels_dir: Path = Field(_repo("data", "labels"), description="the label store and labeller runs")
+    endpoints: Path = Field(_repo("configs", "endpoints.toml"), description="the named LLM endpoints")
+    # -- corpus and index
+    scale: Literal["demo", "full"] = Field("demo", description="`demo` (gold papers + a seeded sample) or `full`")
+    demo_papers: int = Field(20000, ge=1, description="papers in the demo-scale index")
+    keyword_engine: Literal["bm25s", "whoosh"] = Field("bm25s", description="the engine behind keyword_search")
+    semantic_search: Literal["exact", "hnsw"] = Field("exact", description="how semantic_search queries chromadb")
+    embedder: str = Field("static", description="the embedder of the semantic index")
+    # -- models and endpoints
+    model: str = Field("qwen2.5-coder-0.5b-instruct", description="the policy model: packaged name, folder or hub ID")
+    llm: str = Field("local", description="endpoint of the labeller (configs/endpoints.toml)")
+    local_llm_url: str | None = Field(None, description="a running `make serve` to share instead of starting one")
+    policy: str = Field("local", description="policy of notebook 03 (an endpoint, `local[:model]`, `run:<run>`)")
+    judge: str = Field("local", description="the training judge of notebook 05")
+    frontier: str = Field("openai-gpt-4.1-mini", description="the frontier agent of notebook 07 (runs when its key is set)")
+    # -- what the notebooks run
+    preset: str = Field("cpu-demo", description="training preset: `cpu-demo` or `paper` (GPU)")
+    train_steps: int | None = Field(20, ge=1, description="RLVR steps (cpu-demo)")
+    rar_steps: int | None = Field(10, ge=1, description="RaR steps per training judge (cpu-demo)")
+    curriculum: Literal["uniform", "easy-to-hard"] = Field("uniform", description="RLVR query order")
+    compare_curriculum: bool = Field(False, description="notebook 04 also trains the other curriculum")
+    label_queries: int = Field(3, ge=0, description="queries the labeller runs on in notebook 02")
+    triage_queries: int = Field(6, ge=0, description="queries triaged in notebook 02")
+    demo_episodes: int = Field(3, ge=1, description="episodes of notebook 03")
+    train_judges: list[str] = Field(["local", "local-smollm2"], description="training judges (comma-separated endpoints)")
+    eval_judges: list[str] = Field(["local", "local-smollm2"], description="evaluation judges (comma-separated endpoints)")
+    eval_queries_file: Path | None = Field(None, description="held-out query file (default: the train file's dev part)")
+    eval_split: Literal["train", "dev", "all"] = Field("dev", description="part of the query file evaluated")
+    eval_limit: int | None = Field(None, ge=1, description="first N scorable queries of that part")
+    eval_budgets: str | None = Field(None, description="`max_turns,max_tool_calls,max_tokens,max_new_tokens`")
+
+    @classmethod
+    def env_var(cls, field: str) -> str:
+        return PREFIX + field.upper()
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+        """The settings that ``environ`` (default ``os.environ``) gives; a bad value names its variable."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name, info in cls.model_fields.items():
+            raw = environ.get(cls.env_var(name))
+            if raw is None or raw == "":
+                continue
+            annotation = str(info.annotation)
+            if "list" in annotation:
+                values[name] = _names(raw)
+            elif "bool" in annotation:
+                values[name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif "Path" in annotation:
+                values[name] = Path(raw).expanduser().resolve()
+            else:
+                values[name] = raw
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            problems = "; ".join(f"{cls.env_var(str(e['loc'][0]))}={environ.get(cls.env_var(str(e['loc'][0])))!r}: "
+                                 f"{e['msg']}" for e in exc.errors())
+            raise ValueError(f"invalid setting: {problems}") from None
+
+    def with_(self, **changes: Any) -> Settings:
+        """A copy with some fields changed (validated)."""
+        return type(self)(**{**self.model_dump(), **changes})
+
+    @classmethod
+    def table(cls) -> str:
+        """The README's settings table (Markdown)."""
+        rows = ["| setting | environment variable | default | meaning |", "|---|---|---|---|"]
+        for name, info in cls.model_fields.items():
+            default = info.default
+            if isinstance(default, Path):
+                try:
+                    default = "<repo>/" + str(default.resolve().relative_to(REPO_ROOT.resolve()))
+                except ValueError:
+                    default = "<repo>/" + os.path.relpath(default, REPO_ROOT)
+            elif isinstance(default, list):
+                default = ",".join(default)
+            rows.append(f"| `{name}` | `{cls.env_var(name)}` | `{default}` | {info.description} |")
+        return "\n".join(rows)
+
+
+_LOCK = threading.Lock()
+_CACHE: tuple[tuple, Settings] | None = None
+
+
+def settings() -> Settings:
+    """The current settings: the environment is read once and again only when an ``ARXIVQA_*`` variable changed."""
+    global _CACHE
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(PREFIX)))
+    with _LOCK:
+        if _CACHE is None or _CACHE[0] != key:
+            _CACHE = (key, Settings.from_env())
+        return _CACHE[1]
+
+
+def secret(var: str | None) -> str | None:
+    """The value of the environment variable ``var`` that holds a secret (an API key), or None."""
+    return os.environ.get(var) if var else None
+
+
+def offline_environment(**extra: str) -> dict[str, str]:
+    """The environment for a child process (a local model server), offline by default."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return dict(os.environ, **extra)
+
+
+def set_offline() -> None:
+    """Never reach a model hub from this process unless the user said so (``HF_HUB_OFFLINE``)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def set_library_default(var: str, value: str) -> None:
+    """A default for a third-party library's own variable (e.g. ``TRL_EXPERIMENTAL_SILENCE``); a value the
+    user set wins."""
+    os.environ.setdefault(var, value)
+
+
+# Shorthands kept for the many call sites that only need a path.
+def data_dir() -> Path:
+    return settings().data_dir
+
+
+def index_dir() -> Path:
+    return settings().index_dir
+
+
+def results_dir() -> Path:
+    return settings().results_dir
+
+
+def models_dir() -> Path:
+    return settings().models_dir
+
+
+def runs_dir() -> Path:
+    return settings().runs_dir
+
+
+def episodes_dir() -> Path:
+    return settings().episodes_dir
+
+
 def scale() -> str:
-    """``demo`` (a CPU-sized subset, the default) or ``full`` (the whole corpus): a setting, not a code path."""
-    value = os.environ.get("ARXIVQA_SCALE", "demo")
-    if value not in SCALES:
-        raise ValueError(f"ARXIVQA_SCALE must be one of {SCALES}, got {value!r}")
-    return value
+    return settings().scale
 
 
 def demo_papers() -> int:
-    """How many papers the demo-scale index holds (``ARXIVQA_DEMO_PAPERS``)."""
-    return int(os.environ.get("ARXIVQA_DEMO_PAPERS", "20000"))
+    return settings().demo_papers
 
 
 def keyword_engine() -> str:
-    """The engine behind ``keyword_search``: ``bm25s`` (default, fast) or ``whoosh`` (``ARXIVQA_KEYWORD_ENGINE``)."""
-    return os.environ.get("ARXIVQA_KEYWORD_ENGINE", "bm25s")
+    return settings().keyword_engine
 
 
 def semantic_search_mode() -> str:
-    """How ``semantic_search`` queries chromadb's vectors: ``exact`` (default) or ``hnsw`` (``ARXIVQA_SEMANTIC_SEARCH``)."""
-    return os.environ.get("ARXIVQA_SEMANTIC_SEARCH", "exact")
+    return settings().semantic_search
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m arxivqa.config", description="Show the settings.")
+    ap.add_argument("what", choices=("table", "show"), help="table: the README's table; show: the current values")
+    a = ap.parse_args(argv)
+    if a.what == "table":
+        print(Settings.table())
+    else:
+        for k, v in settings().model_dump().items():
+            print(f"{Settings.env_var(k)}={v}")
+
+
+if __name__ == "__main__":
+    main()

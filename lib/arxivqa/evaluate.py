@@ -6,25 +6,19 @@ without any such paper are left out and counted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .corpus import Query
+from .config import settings
+from .corpus import Query, scorable, select_queries
+from .records import (Budgets, jaccard, load_trajectories, recall_at_k, save_trajectories,
+                      search_recall, submission_recall, word_set)
 
 BASELINES = ("bm25", "dense", "hybrid")
 RRF_K = 60
-
-
-def recall_at_k(ranked: Sequence[str], gold: Iterable[str], k: int | None = None) -> float:
-    """Share of ``gold`` found in the first ``k`` of ``ranked`` (all of it when ``k`` is None)."""
-    gold = set(gold)
-    if not gold:
-        raise ValueError("recall is undefined for an empty gold set")
-    top = ranked if k is None else ranked[:k]
-    return len(gold.intersection(top)) / len(gold)
 
 
 def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> list[str]:
@@ -34,10 +28,6 @@ def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> list[str]:
         for rank, doc in enumerate(ranking, 1):
             scores[doc] = scores.get(doc, 0.0) + 1.0 / (k + rank)
     return sorted(scores, key=lambda d: -scores[d])
-
-
-def scorable(queries: Iterable[Query]) -> list[Query]:
-    return [q for q in queries if q.gold_in_corpus]
 
 
 def one_shot_rankings(index, query: str, depth: int = 100) -> dict[str, list[str]]:
@@ -94,21 +84,14 @@ def summarize(per_query: pd.DataFrame, metrics: Sequence[str] | None = None) -> 
 
 # --------------------------------------------------------------------------- agent trajectories
 
-SEARCH_TOOLS = ("keyword_search", "semantic_search")
 TRAJECTORY_METRICS = ("recall@10", "search_recall", "precision", "tool_calls", "turns", "distinct_tools",
                       "distinct_queries", "query_diversity", "tokens", "seconds")
 
 
-def _token_set(text: str) -> frozenset[str]:
-    return frozenset(text.lower().split())
-
-
 def query_diversity(queries: Sequence[str]) -> float:
     """1 − mean pairwise Jaccard similarity of the queries' word sets (0 with fewer than two)."""
-    sets = [_token_set(q) for q in queries if q.strip()]
-    if len(sets) < 2:
-        return 0.0
-    sims = [len(a & b) / len(a | b) for i, a in enumerate(sets) for b in sets[i + 1:] if a | b]
+    sets = [word_set(q) for q in queries if q.strip()]
+    sims = [jaccard(a, b) for i, a in enumerate(sets) for b in sets[i + 1:] if a | b]
     return 1.0 - float(np.mean(sims)) if sims else 0.0
 
 
@@ -117,12 +100,10 @@ def trajectory_metrics(traj) -> dict:
     gold = set(traj.gold_in_corpus)
     submitted = list(traj.submitted or [])[:10]
     results = traj.tool_results
-    searches = [r for r in results if r.name in SEARCH_TOOLS and isinstance(r.arguments, dict) and not r.error]
-    queries = [str(r.arguments.get("query", "")) for r in searches]
+    queries = [r.query for r in results if r.query and not r.error]
     return {
         "qid": traj.qid, "difficulty": traj.difficulty or "unrated", "method": traj.policy,
-        "recall@10": recall_at_k(submitted, gold, 10) if gold else float("nan"),
-        "search_recall": len(gold & traj.seen_ids()) / len(gold) if gold else float("nan"),
+        "recall@10": submission_recall(traj, 10), "search_recall": search_recall(traj),
         "precision": len(gold.intersection(submitted)) / len(submitted) if submitted else 0.0,
         "tool_calls": len(results), "turns": len(traj.steps),
         "distinct_tools": len({r.name for r in results}),
@@ -176,7 +157,7 @@ def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concu
     Returns the trajectories in query order."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from .agent import Agent, Budgets, make_policy
+    from .agent import Agent, make_policy
     from .index import open_index
     from .tools import ArxivEnv
 
@@ -198,46 +179,19 @@ def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concu
 
 
 def eval_queries(path: str | None = None, split: str | None = None, limit: int | None = None):
-    """The held-out queries of notebooks 06/07: ``ARXIVQA_EVAL_QUERIES_FILE`` (default the train file),
-    ``ARXIVQA_EVAL_SPLIT`` (dev | train | all; default dev) and ``ARXIVQA_EVAL_LIMIT`` (first N scorable;
-    default all). Returns (queries, tag) — the tag names cached trajectories of exactly this selection."""
-    import os
-    from pathlib import Path
-
-    from .corpus import load_queries, split_queries
-
-    path = path or os.environ.get("ARXIVQA_EVAL_QUERIES_FILE") or None
-    split = split or os.environ.get("ARXIVQA_EVAL_SPLIT", "dev")
-    if limit is None and os.environ.get("ARXIVQA_EVAL_LIMIT"):
-        limit = int(os.environ["ARXIVQA_EVAL_LIMIT"])
-    if split not in ("dev", "train", "all"):
-        raise ValueError(f"split must be dev, train or all, not {split!r}")
-    queries = load_queries(path)
-    if split != "all":
-        train, dev = split_queries(queries)
-        queries = dev if split == "dev" else train
-    queries = scorable(queries)[:limit] if limit else scorable(queries)
-    if not queries:
+    """The held-out queries of notebooks 06/07 (``corpus.select_queries``): the settings
+    ``eval_queries_file`` (default the train file), ``eval_split`` (default dev) and ``eval_limit``, each
+    overridable here. Returns (queries, tag) — the tag names cached trajectories of exactly this selection."""
+    s = settings()
+    sel = select_queries(path or s.eval_queries_file, split or s.eval_split, limit or s.eval_limit)
+    if not sel.queries:
         raise ValueError("no query with a gold paper in the corpus to evaluate")
-    stem = Path(path).stem if path else "queries_train"
-    return queries, f"{stem}-{split}{len(queries)}"
+    return sel.queries, sel.tag
 
 
-def eval_budgets():
-    """Episode budgets of notebooks 06/07: ``ARXIVQA_EVAL_BUDGETS`` = "max_turns,max_tool_calls,max_tokens,
-    max_new_tokens" (default the agent's own budgets)."""
-    import os
-
-    from .agent import Budgets
-
-    raw = os.environ.get("ARXIVQA_EVAL_BUDGETS")
-    if not raw:
-        return Budgets()
-    try:
-        return Budgets(*[int(x) for x in raw.split(",")])
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"ARXIVQA_EVAL_BUDGETS={raw!r}: expected four integers "
-                         "max_turns,max_tool_calls,max_tokens,max_new_tokens") from exc
+def eval_budgets() -> Budgets:
+    """Episode budgets of notebooks 06/07: the setting ``eval_budgets`` (default the agent's own budgets)."""
+    return Budgets.parse(settings().eval_budgets)
 
 
 def trajectory_cache(policy_spec: str, tag: str):
@@ -262,7 +216,7 @@ def cached_agent_eval(policy_spec: str, queries: Sequence[Query], path, index=No
     import json
     from pathlib import Path
 
-    from .agent import Agent, Budgets, load_trajectories, make_policy, save_trajectories
+    from .agent import Agent, make_policy
     from .files import atomic_write_text
     from .index import open_index
     from .tools import ArxivEnv
@@ -311,8 +265,6 @@ def main(argv: list[str] | None = None) -> None:
     from pathlib import Path
 
     from . import config
-    from .agent import Budgets, save_trajectories
-    from .corpus import load_queries, split_queries
     from .files import atomic_write_json, atomic_write_text
     from .index import open_index
 
@@ -332,11 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=None, help="folder (default: <results>/eval)")
     a = ap.parse_args(argv)
 
-    queries = load_queries(a.queries)
-    if a.split != "all":
-        train, dev = split_queries(queries)
-        queries = dev if a.split == "dev" else train
-    queries = scorable(queries)[: a.limit] if a.limit else scorable(queries)
+    queries = select_queries(a.queries, a.split, a.limit).queries
     if not queries:
         raise SystemExit("no query with a gold paper in the corpus to evaluate")
     index = open_index(folder=a.index)

@@ -36,7 +36,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .agent import Trajectory
+from .records import Trajectory, trajectory_view
 from .llm import LLM, LLMError
 from .rewards import RewardConfig, length_penalty, run_gates
 
@@ -73,9 +73,6 @@ def holistic_to_unit(h: float) -> float:
 
 
 # --------------------------------------------------------------------------- rendering
-
-
-_TITLE = re.compile(r"^\[\d+\] id: (\S+) \| published: (\S+) \| title: (.*)$", re.M)
 
 
 def _safe_json(obj) -> str:
@@ -127,53 +124,21 @@ def _defang(text: str, query: str = "") -> str:
     return _RUBRIC_WORDS.sub("[…]", text.replace("{", "(").replace("}", ")"))
 
 
-def _args_text(result) -> str:
-    """A tool call's arguments as the policy wrote them (a string, or its dict as JSON)."""
-    args = result.arguments
-    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-
-
 def grader_directed_sentences(traj: Trajectory) -> int:
     """How many sentences of the policy's reasoning and tool arguments addressed the grader."""
     n = 0
     for s in traj.steps:
         n += redact_grader_directed(s.assistant.text, traj.query)[1]
         for r in s.results:
-            n += redact_grader_directed(_args_text(r), traj.query)[1]
+            n += redact_grader_directed(r.arguments_text(), traj.query)[1]
     return n
 
 
 def trajectory_document(traj: Trajectory, max_reasoning_chars: int = 400, max_results: int = 5) -> dict:
-    """The compact view the judge reads (a dict; ``render_for_judge`` serialises it)."""
-    turns = []
-    for s in traj.steps:
-        calls = []
-        for r in s.results:
-            item: dict = {"tool": _defang(r.name, traj.query), "arguments": _defang(_args_text(r), traj.query)}
-            if r.error:
-                item["error"] = r.result[:200]
-            elif r.name in ("keyword_search", "semantic_search"):
-                item["results"] = [f"{pid} ({date}): {title[:120]}" for pid, date, title in
-                                   _TITLE.findall(r.result)[:max_results]]
-                item["n_results"] = len(r.result_ids)
-            elif r.name == "read_page":
-                item["read"] = r.result.split("\n", 2)[1][:160] if "\n" in r.result else r.result[:160]
-            calls.append(item)
-        turns.append({"turn": s.turn, "reasoning": _defang(s.assistant.text.strip()[:max_reasoning_chars], traj.query),
-                      "calls": calls})
-    return {"user_query": traj.query, "turns": turns,
-            "submitted_titles": _submitted_titles(traj), "stop": traj.stop_reason}
-
-
-def _submitted_titles(traj: Trajectory) -> list[str]:
-    """Titles of the submitted papers, as the tool results showed them (real IDs mapped back)."""
-    if not traj.submitted:
-        return []
-    titles: dict[str, str] = {}
-    for r in traj.tool_results:
-        for real, (_oid, _date, title) in zip(r.result_ids, _TITLE.findall(r.result)):
-            titles.setdefault(real, title)
-    return [titles.get(pid, "(title not shown)")[:120] for pid in traj.submitted]
+    """What the judge reads: ``records.trajectory_view`` with every policy-written string defanged
+    (tool errors as codes, hits from the records, never parsed back from tool text)."""
+    return trajectory_view(traj, max_reasoning_chars=max_reasoning_chars, max_hits=max_results,
+                           text=lambda t: _defang(t, traj.query))
 
 
 def render_for_judge(traj: Trajectory, rubric: str = RUBRIC, extra: str = "") -> list[dict]:

@@ -32,8 +32,6 @@ import contextlib
 import datetime as dt
 import fcntl
 import json
-import os
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -43,17 +41,18 @@ from typing import Literal
 import pandas as pd
 from pydantic import BaseModel, Field, field_validator
 
-from .config import REPO_ROOT
+from .config import settings
 from .corpus import Difficulty, Query
 from .evaluate import rrf
 from .files import atomic_write_json, atomic_write_text
 from .llm import LLM, LLMError
+from .records import content_words
 from .tools import ArxivEnv
 
 
 def labels_dir() -> Path:
-    value = os.environ.get("ARXIVQA_LABELS_DIR")
-    return Path(value).expanduser().resolve() if value else REPO_ROOT / "data" / "labels"
+    """Where the label store and the labeller's runs live (setting ``labels_dir``)."""
+    return settings().labels_dir
 
 
 def _now() -> str:
@@ -82,13 +81,9 @@ Research query: {query}
 Answer with JSON: {{"difficulty": "easy" | "medium" | "hard", "reason": "one sentence"}}"""
 
 
-_STOP = frozenset("a an and are as at be by for from how in into is it of on or the to what which with "
-                  "using based via their this that these those can do does papers paper research".split())
-
-
-def _content_words(text: str) -> set[str]:
-    """Lower-cased words of 3+ letters, minus stop words, with a crude plural strip."""
-    return {w.rstrip("s") for w in re.findall(r"[a-z][a-z0-9-]{2,}", text.lower()) if w not in _STOP}
+def _topic_words(text: str) -> set[str]:
+    """Content words (``records.content_words``) of 3+ characters, with a crude plural strip."""
+    return {w.rstrip("s") for w in content_words(text) if len(w) >= 3}
 
 
 class Plan(BaseModel):
@@ -171,12 +166,12 @@ class Labeller:
             planned = self.llm.structured(msgs, Plan, max_tokens=c.plan_tokens).sub_queries
         except LLMError as exc:
             planned, error = [], f"plan: {exc}"
-        seen, topic = {query.lower()}, _content_words(query)
+        seen, topic = {query.lower()}, _topic_words(query)
         dropped = []
         for q in planned:
             if q.lower() in seen or len(subs) > c.n_sub_queries:
                 continue
-            if not _content_words(q) & topic:  # shares no content word with the query: off topic or a
+            if not _topic_words(q) & topic:  # shares no content word with the query: off topic or a
                 dropped.append(q)  # copied template; small models do both
                 continue
             seen.add(q.lower())
@@ -478,7 +473,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     from .config import results_dir
-    from .corpus import load_queries, split_queries
+    from .corpus import load_queries, select_queries
     from .index import open_index
     from .llm import open_llm
     from .plots import save_table
@@ -505,11 +500,7 @@ def main(argv: list[str] | None = None) -> None:
         qs = LabelStore(args.store).export(args.out, include_pending=args.include_pending)
         print(f"wrote {len(qs)} queries to {args.out}")
         return
-    queries = load_queries(args.queries)
-    if args.split != "all":
-        dev, train = split_queries(queries)
-        queries = train if args.split == "train" else dev
-    queries = [q for q in queries if q.gold_in_corpus][: args.limit]
+    queries = select_queries(args.queries, args.split, args.limit).queries
     folder = Path(args.index) if args.index and Path(args.index).exists() else None
     index = open_index(None if folder else args.index, folder=folder)
     store = LabelStore.open(args.store, load_queries(args.queries))

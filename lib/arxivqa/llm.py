@@ -45,7 +45,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import socket
 import sqlite3
 import subprocess
@@ -62,7 +61,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from .config import REPO_ROOT
+from .config import Settings, offline_environment, secret, settings
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -98,7 +97,7 @@ class Endpoint(BaseModel):
 
 
 def endpoints_file() -> Path:
-    return Path(os.environ.get("ARXIVQA_ENDPOINTS") or REPO_ROOT / "configs" / "endpoints.toml")
+    return settings().endpoints
 
 
 def load_endpoints(path: str | Path | None = None) -> dict[str, Endpoint]:
@@ -108,7 +107,7 @@ def load_endpoints(path: str | Path | None = None) -> dict[str, Endpoint]:
     if path.exists():
         with open(path, "rb") as fh:
             table = tomllib.load(fh)
-    elif path != REPO_ROOT / "configs" / "endpoints.toml":
+    elif path != Settings.model_fields["endpoints"].default:
         raise FileNotFoundError(f"endpoint configuration {path} does not exist (ARXIVQA_ENDPOINTS)")
     table.setdefault(DEFAULT_ENDPOINT, {"model": "qwen2.5-coder-0.5b-instruct"})
     out = {}
@@ -124,7 +123,7 @@ def get_endpoint(name: str | Endpoint | None = None) -> Endpoint:
     """An endpoint by name (default ``ARXIVQA_LLM``, else ``local``)."""
     if isinstance(name, Endpoint):
         return name
-    name = name or os.environ.get("ARXIVQA_LLM", DEFAULT_ENDPOINT)
+    name = name or settings().llm or DEFAULT_ENDPOINT
     eps = load_endpoints()
     if name not in eps:
         raise KeyError(f"unknown LLM endpoint {name!r}; configured: {sorted(eps)} (in {endpoints_file()})")
@@ -161,7 +160,7 @@ class LocalServer:
         cli = Path(sys.executable).with_name("transformers")
         cmd = [str(cli), "serve", *([self.path] if self.path else ["--model-timeout", "86400"]),
                "--host", "127.0.0.1", "--port", str(self.port)]
-        env = dict(os.environ, HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"))
+        env = offline_environment()
         self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + startup_timeout
@@ -208,8 +207,7 @@ def local_server(model: str | None = None, port: int | None = None, startup_time
 
 
 def cache_dir() -> Path:
-    value = os.environ.get("ARXIVQA_CACHE_DIR")
-    return Path(value).expanduser().resolve() if value else REPO_ROOT / "data" / "cache"
+    return settings().cache_dir
 
 
 class ResponseCache:
@@ -310,7 +308,7 @@ class LLM:
         from openai import OpenAI
 
         ep = self.endpoint
-        key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
+        key = secret(ep.api_key_env)
         if ep.api_key_env and not key:
             raise LLMError(f"endpoint {ep.name!r} needs an API key in the environment variable {ep.api_key_env}")
         self.base_url = self.base_url or ep.base_url
@@ -432,7 +430,7 @@ def open_llm(endpoint: str | Endpoint | None = None, *, cache: ResponseCache | N
     server = None
     base_url = ep.base_url
     if ep.local:
-        base_url = os.environ.get("ARXIVQA_LOCAL_LLM_URL")
+        base_url = settings().local_llm_url
         if not base_url:
             server = LocalServer(ep.model, log_path=log_path)
             base_url = server.start()

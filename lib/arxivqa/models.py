@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +49,7 @@ DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
 def model_setting() -> str:
     """The policy model (``ARXIVQA_MODEL``): a packaged name, a local folder or a hub ID."""
-    return os.environ.get("ARXIVQA_MODEL", DEFAULT_MODEL)
+    return config.settings().model
 
 
 def _gguf_sources(spec: PackagedGGUF):
@@ -96,7 +95,7 @@ def prepare_model(name: str = DEFAULT_MODEL, force: bool = False) -> Path:
     folder = config.models_dir() / name
     if (folder / "config.json").exists() and not force:
         return folder
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    config.set_offline()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -26,10 +26,10 @@ from . import config
 from .files import atomic_write_json, atomic_write_text
 
 MAX_INLINE_LINES = 30
-# settings a reader needs to reproduce the numbers (never secrets: only these names are reported)
-SETTINGS = ("ARXIVQA_SCALE", "ARXIVQA_LLM", "ARXIVQA_LABEL_QUERIES", "ARXIVQA_TRIAGE_QUERIES", "ARXIVQA_DEMO_EPISODES",
-            "ARXIVQA_TRAIN_STEPS", "ARXIVQA_RAR_STEPS", "ARXIVQA_TRAIN_JUDGES", "ARXIVQA_EVAL_JUDGES",
-            "ARXIVQA_EVAL_QUERIES_FILE", "ARXIVQA_EVAL_SPLIT", "ARXIVQA_EVAL_LIMIT", "ARXIVQA_EVAL_BUDGETS")
+# settings a reader needs to reproduce the numbers (never secrets: settings hold none; paths are left out)
+REPORTED = ("scale", "model", "llm", "preset", "label_queries", "triage_queries", "demo_episodes", "train_steps",
+            "rar_steps", "curriculum", "train_judges", "eval_judges", "eval_queries_file", "eval_split", "eval_limit",
+            "eval_budgets")
 
 
 def notebooks(folder: str | Path = "notebooks") -> list[Path]:
@@ -95,7 +95,10 @@ def run_demo(nbs: list[Path], results: Path | None = None) -> list[dict]:
 
 
 def settings() -> dict[str, str]:
-    return {k: os.environ[k] for k in SETTINGS if k in os.environ}
+    """The reported settings that this run set (by their environment variable names)."""
+    s = config.settings()
+    return {config.Settings.env_var(k): ",".join(v) if isinstance(v, list) else str(v)
+            for k in REPORTED if k in s.model_fields_set and (v := getattr(s, k)) is not None}
 
 
 def _model_scale_seed(prefix: str, results: Path) -> str:
@@ -111,17 +114,17 @@ def _model_scale_seed(prefix: str, results: Path) -> str:
             return "; ".join(f"{k}: {v}" for k, v in d["policies"].items())
         if "policies" in d:
             return ", ".join(d["policies"])
-    env = os.environ
+    s = config.settings()
     from .llm import get_endpoint
     from .models import model_setting
 
     if prefix == "01":
         return f"static MiniLM-distilled embeddings, BM25 · {config.scale()} index · deterministic"
     if prefix == "02":
-        return (f"{get_endpoint().model} labeller · {env.get('ARXIVQA_LABEL_QUERIES', '3')} queries, triage "
-                f"{env.get('ARXIVQA_TRIAGE_QUERIES', '6')} · greedy")
+        return (f"{get_endpoint().model} labeller · {s.label_queries} queries, triage "
+                f"{s.triage_queries} · greedy")
     if prefix == "03":
-        return f"{model_setting()} agent · {env.get('ARXIVQA_DEMO_EPISODES', '3')} dev episodes · greedy"
+        return f"{model_setting()} agent · {s.demo_episodes} dev episodes · greedy"
     return "-"
 
 

@@ -10,7 +10,7 @@ For one rollout (a ``Trajectory``; every function here is pure and takes one):
 - ``search_recall`` = |gold ∩ IDs shown by any tool result| / |gold|: the seed's R_search counts
   gold papers that appear anywhere in the rollout's tool results, not only in the submission.
   Without gold (``gold_in_corpus`` empty) it is 0.0: such a query gives no signal and should be left
-  out of training (``evaluate.scorable``).
+  out of training (``corpus.select_queries``).
 - ``redundancy`` = the mean, over the emitted search queries (``keyword_search`` / ``semantic_search``
   ``arguments["query"]``, errored calls included: they were emitted), of each query's highest Jaccard
   similarity to any *other* query, on lower-cased alphanumeric word sets; 0 with fewer than two
@@ -24,7 +24,7 @@ For one rollout (a ``Trajectory``; every function here is pure and takes one):
 - Gates (``GATES``, name -> ``gate(traj, cfg) -> GateResult``): duplication (no identical call, same
   tool and normalised arguments, repeated more than ``max_duplicate_calls`` times), submission (finish
   succeeded), citation (every submitted ID was shown by some tool result), limit (≤ ``max_submit`` IDs,
-  tool calls ≤ ``max_tool_calls``, turns ≤ ``max_turns``; defaults from ``agent.Budgets``).
+  tool calls ≤ ``max_tool_calls``, turns ≤ ``max_turns``; defaults from ``records.Budgets``).
 - ``rlvr_reward``: base = recall − penalty + bonus, clipped to [``clip_min``, ``clip_max``]; if a gate
   fails, total = ``gate_fail_reward`` instead. ``clip_min`` defaults to ``gate_fail_reward`` (0.0) so
   that passing every gate is never worse than failing one (else the policy could learn to fail gates).
@@ -36,7 +36,7 @@ the penalty of the largest token threshold strictly exceeded, 0 up to the first 
 from __future__ import annotations
 
 import json
-import re
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,12 +44,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .agent import Budgets, Trajectory
-from .tools import MAX_SUBMIT
+from .records import MAX_SUBMIT, SEARCH_TOOLS, Budgets, Trajectory, jaccard, search_queries, word_set
+from .records import search_recall as _search_recall
 
-SEARCH_TOOLS = ("keyword_search", "semantic_search")
 _BUDGETS = Budgets()
-_WORD = re.compile(r"[a-z0-9]+")
 
 
 class RewardConfig(BaseModel):
@@ -103,25 +101,11 @@ class RewardBreakdown(BaseModel):
 # --------------------------------------------------------------------------- components
 
 
-def word_set(text: str) -> frozenset[str]:
-    """Lower-cased alphanumeric words of ``text``."""
-    return frozenset(_WORD.findall(str(text).lower()))
-
-
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    return len(a & b) / len(a | b) if a | b else 0.0
-
-
-def search_queries(traj: Trajectory) -> list[str]:
-    """The search queries the rollout emitted, in order (errored calls included)."""
-    return [str(r.arguments["query"]) for r in traj.tool_results
-            if r.name in SEARCH_TOOLS and isinstance(r.arguments, dict) and str(r.arguments.get("query") or "").strip()]
-
-
 def search_recall(traj: Trajectory) -> float:
-    """Fraction of the gold papers shown by any tool result of the rollout (0.0 without gold)."""
-    gold = set(traj.gold_in_corpus)
-    return len(gold & traj.seen_ids()) / len(gold) if gold else 0.0
+    """``records.search_recall`` (the evaluation's measure) as a reward term: 0.0 without gold, where the
+    measure is undefined (such queries are not trained on: ``corpus.select_queries``)."""
+    r = _search_recall(traj)
+    return 0.0 if math.isnan(r) else r
 
 
 def redundancy(traj: Trajectory) -> float:

@@ -33,27 +33,17 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, validate_call
 
-from .index import Hit, SearchIndex, date_int, open_index, snippets
+from .index import Hit as IndexHit
+from .index import SearchIndex, date_int, open_index, snippets
+from .records import MAX_SUBMIT, TOOL_NAMES, Hit, ToolCallRecord, clean_text, echo
 
 MAX_QUERY_CHARS = 1000
+MAX_ARGUMENT_CHARS = 20000  # a tool call's arguments as JSON text
 MAX_RESULTS_CAP = 50
-MAX_SUBMIT = 10
 PAGE_CHARS = 2000
 ABSTRACT_CHARS = 600  # semantic_search shows this much abstract per hit; read_page shows all
 MAX_SNIPPETS = 2
 SNIPPET_CHARS = 400
-TOOL_NAMES = ("keyword_search", "semantic_search", "read_page", "finish")
-
-
-class ToolCallRecord(BaseModel):
-    index: int
-    turn: int | None = None
-    name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    result: str
-    error: bool = False
-    result_ids: list[str] = Field(default_factory=list, description="real arXiv IDs shown in the result")
-    seconds: float = 0.0
 
 
 class Episode(BaseModel):
@@ -77,37 +67,48 @@ class ToolError(ValueError):
 
 
 def _tool(fn):
-    """Validate the arguments of a tool call and turn every problem into an ``Error:`` message."""
+    """Validate the arguments of a tool call and turn every problem into an ``Error:`` message.
+
+    The wrapper takes the environment positionally only, so an argument the model calls ``self`` is one
+    more unknown argument, not a clash; model text is cleaned (``records.clean_value``) on the way in."""
     validated = validate_call(fn)
     params = set(inspect.signature(fn).parameters) - {"self"}
 
     @functools.wraps(fn)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(env, /, *args, **kwargs):
         t0 = time.perf_counter()
-        ids: list[str] = []
+        hits: list[Hit] = []
+        given = {str(k): v for k, v in kwargs.items()}
         # Small models copy schema keys ("required", "type") into the arguments: drop unknown
         # arguments, run the call, and say so in the result.
-        given = kwargs
-        extra = sorted(k for k in kwargs if k not in params)
-        note = f"Note: ignored unknown argument(s) {', '.join(repr(k) for k in extra)} of {fn.__name__}.\n" if extra else ""
-        kwargs = {k: v for k, v in kwargs.items() if k in params}
+        extra = sorted(k for k in given if k not in params)
+        note = (f"Note: ignored unknown argument(s) {', '.join(echo(k, 40) for k in extra[:5])}"
+                f"{' and more' if len(extra) > 5 else ''} of {fn.__name__}.\n") if extra else ""
+        call = {k: _clean_arg(v) for k, v in given.items() if k in params}
         try:
-            text, ids = validated(self, *args, **kwargs)
-            text = note + text
-            error = False
+            text, hits = validated(env, *args, **call)
+            text, error = note + text, False
         except ValidationError as exc:
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
-            )
-            text, error = f"Error: invalid arguments for {fn.__name__}: {problems}", True
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()[:5])
+            text, error = f"Error: invalid arguments for {fn.__name__}: {clean_text(problems, 500)}", True
         except ToolError as exc:
-            text, error = f"Error: {exc}", True
+            text, error = f"Error: {clean_text(exc, 500)}", True
         except Exception as exc:  # noqa: BLE001 - an environment bug must not kill the rollout
-            text, error = f"Error: {fn.__name__} failed: {type(exc).__name__}: {exc}", True
-        self._record(fn.__name__, args, given, text, error, ids, time.perf_counter() - t0)
+            text, error = f"Error: {fn.__name__} failed: {type(exc).__name__}: {clean_text(exc, 300)}", True
+        env._record(fn.__name__, args, given, text, error, hits, time.perf_counter() - t0)
         return text
 
     return wrapper
+
+
+def _clean_arg(value):
+    """Model text made valid (surrogates, NUL) before validation; sizes are checked by the tools."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_clean_arg(v) for v in value[:1000]]
+    return value
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -178,16 +179,16 @@ class ArxivEnv:
         real = self.episode.id_map.get(oid)
         if real is None:
             if not oid.startswith("P-"):
-                raise ToolError(f"'{opaque_id}' is not a paper ID of this session; use the IDs (they start with P-) that search results show")
-            raise ToolError(f"unknown paper ID '{opaque_id}'; use an ID from a search result of this session")
+                raise ToolError(f"{echo(opaque_id, 40)} is not a paper ID of this session; use the IDs (they start with P-) that search results show")
+            raise ToolError(f"unknown paper ID {echo(opaque_id, 40)}; use an ID from a search result of this session")
         return real
 
-    def _record(self, name, args, kwargs, text, error, ids, seconds) -> None:
+    def _record(self, name, args, kwargs, text, error, hits, seconds) -> None:
         arguments = dict(kwargs)
         if args:
             arguments["_positional"] = list(args)
-        rec = ToolCallRecord(index=-1, turn=self._turn, name=name, arguments=arguments, result=text, error=error,
-                             result_ids=list(ids), seconds=seconds)
+        rec = ToolCallRecord(turn=self._turn, name=name, arguments=arguments, result=text, error=error,
+                             hits=list(hits), seconds=seconds)
         local = getattr(_THREAD, "records", None)
         if local is not None:
             local.append(rec)
@@ -223,22 +224,24 @@ class ArxivEnv:
         try:
             return date_int(dt.date.fromisoformat(str(min_date).strip()))
         except ValueError:
-            raise ToolError(f"min_date must be a date like 2025-01-31, got '{min_date}'") from None
+            raise ToolError(f"min_date must be a date like 2025-01-31, got {echo(min_date, 40)}") from None
 
-    def _format_hits(self, kind: str, query: str, hits: list[Hit], body) -> tuple[str, list[str]]:
-        if not hits:
-            return f"No papers found for {json.dumps(query)} ({kind} search).", []
-        papers = self.index.docs.get_many([h.arxiv_id for h in hits])
-        lines = [f"{len(hits)} papers for {json.dumps(query)} ({kind} search):"]
-        ids = []
-        for rank, h in enumerate(hits, 1):
+    def _format_hits(self, kind: str, query: str, found: list[IndexHit], body) -> tuple[str, list[Hit]]:
+        """The hits as records, and the text the agent reads, rendered from them."""
+        papers = self.index.docs.get_many([h.arxiv_id for h in found])
+        hits, lines = [], []
+        for h in found:
             p = papers.get(h.arxiv_id)
             if p is None:  # in an engine but not in the store: an inconsistent index, skip the hit
                 continue
-            ids.append(p.arxiv_id)
-            lines.append(f"[{rank}] id: {self._opaque(p.arxiv_id)} | published: {p.published.isoformat()} | title: {p.title}")
+            hit = Hit(arxiv_id=p.arxiv_id, id=self._opaque(p.arxiv_id), title=p.title,
+                      published=p.published.isoformat(), rank=len(hits) + 1)
+            hits.append(hit)
+            lines.append(f"[{hit.rank}] id: {hit.id} | published: {hit.published} | title: {hit.title}")
             lines.extend("    " + piece for piece in body(p))
-        return "\n".join(lines), ids
+        if not hits:
+            return f"No papers found for {json.dumps(query)} ({kind} search).", []
+        return "\n".join([f"{len(hits)} papers for {json.dumps(query)} ({kind} search):", *lines]), hits
 
     # -- tools (public methods: TRL exposes each one to the model) ----------------------
 
@@ -301,7 +304,8 @@ class ArxivEnv:
         if not 1 <= page <= len(pages):
             raise ToolError(f"page must be between 1 and {len(pages)} for paper '{paper_id}', got {page}")
         header = f"Paper {paper_id.strip()} — page {page} of {len(pages)}\n"
-        return header + pages[page - 1], [real]
+        hit = Hit(arxiv_id=real, id=paper_id.strip(), title=paper.title, published=paper.published.isoformat())
+        return header + pages[page - 1], [hit]
 
     @_tool
     def finish(self, paper_ids: list[str]) -> str:
@@ -316,7 +320,8 @@ class ArxivEnv:
             raise ToolError(f"at most {MAX_SUBMIT} paper IDs can be submitted, got {len(ids)}")
         unknown = [i for i in ids if i not in self.episode.id_map]
         if unknown:
-            raise ToolError(f"unknown paper IDs {unknown}; submit only IDs shown by search results of this session")
+            shown = ", ".join(echo(i, 40) for i in unknown[:3]) + (" and more" if len(unknown) > 3 else "")
+            raise ToolError(f"unknown paper IDs {shown}; submit only IDs shown by search results of this session")
         real = [self.episode.id_map[i] for i in ids]
         with self._lock:
             self.episode.submitted, self.episode.submitted_opaque = real, ids
@@ -324,24 +329,30 @@ class ArxivEnv:
 
     # -- dispatch (the agent loop's entry points) --------------------------------------
 
-    def _call(self, name: str, arguments: Any) -> str:
-        """Run one tool call given by name and a JSON-object of arguments (a dict or a JSON string)."""
-        if name not in TOOL_NAMES:
-            text = f"Error: unknown tool '{name}'; available tools: {', '.join(TOOL_NAMES)}"
-            self._record(str(name), (), {"_raw": arguments}, text, True, [], 0.0)
+    def _call(self, name: Any, arguments: Any) -> str:
+        """Run one tool call given by name and a JSON object of arguments (a dict or a JSON string).
+        Never raises: every problem becomes an ``Error:`` result, recorded like any call."""
+        def refuse(text: str) -> str:
+            self._record(clean_text(name, 64), (), {"_raw": arguments}, text, True, [], 0.0)
             return text
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError as exc:
-                text = f"Error: arguments for {name} are not valid JSON ({exc.msg}); send a JSON object"
-                self._record(name, (), {"_raw": arguments}, text, True, [], 0.0)
-                return text
-        if not isinstance(arguments, dict):
-            text = f"Error: arguments for {name} must be a JSON object, got {type(arguments).__name__}"
-            self._record(name, (), {"_raw": arguments}, text, True, [], 0.0)
-            return text
-        return getattr(self, name)(**arguments)
+
+        try:
+            if not isinstance(name, str) or name not in TOOL_NAMES:
+                return refuse(f"Error: unknown tool {echo(name, 40)}; available tools: {', '.join(TOOL_NAMES)}")
+            if isinstance(arguments, str):
+                if len(arguments) > MAX_ARGUMENT_CHARS:
+                    return refuse(f"Error: arguments for {name} are {len(arguments)} characters long; "
+                                  f"the limit is {MAX_ARGUMENT_CHARS}")
+                try:
+                    arguments = json.loads(arguments) if arguments.strip() else {}
+                except (ValueError, RecursionError) as exc:
+                    reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+                    return refuse(f"Error: arguments for {name} are not valid JSON ({reason}); send a JSON object")
+            if not isinstance(arguments, dict):
+                return refuse(f"Error: arguments for {name} must be a JSON object, got {type(arguments).__name__}")
+            return getattr(self, name)(**{str(k): v for k, v in arguments.items()})
+        except Exception as exc:  # noqa: BLE001 - the boundary: one bad call never ends the episode
+            return refuse(f"Error: {clean_text(name, 64)} failed: {type(exc).__name__}: {clean_text(exc, 200)}")
 
     def _run_parallel(self, calls: list[tuple[str, Any]], turn: int | None = None) -> list[str]:
         """Run one turn's tool calls concurrently; results keep the call order."""
@@ -369,10 +380,13 @@ class ArxivEnv:
                     self.episode.calls.append(rec)
         return [(done[i][0], done[i][1][-1]) for i in range(len(calls))]
 
-    def _isolated_call(self, name: str, arguments: Any) -> tuple[str, list[ToolCallRecord]]:
+    def _isolated_call(self, name: Any, arguments: Any) -> tuple[str, list[ToolCallRecord]]:
         _THREAD.records = []
         try:
-            return self._call(name, arguments), _THREAD.records
+            text = self._call(name, arguments)
+            if not _THREAD.records:  # defensive: every call leaves a record
+                self._record(clean_text(name, 64), (), {"_raw": arguments}, text, True, [], 0.0)
+            return text, _THREAD.records
         finally:
             _THREAD.records = None
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -42,9 +41,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .agent import SYSTEM_PROMPT, AssistantTurn, Step, ToolCall, ToolResult, Trajectory
+from .agent import SYSTEM_PROMPT
+from .config import Settings, set_library_default, settings
 from .corpus import Query
 from .files import atomic_write_json, atomic_write_text
+from .records import AssistantTurn, ToolCall, ToolCallRecord, Trajectory
 from .rewards import RewardConfig, rlvr_reward
 
 DIFFICULTY_ORDER = {"easy": 0, "medium": 1, None: 1, "hard": 2}
@@ -124,17 +125,16 @@ def preset(name: str, **overrides: Any) -> TrainConfig:
     return TrainConfig(preset=name, **{**PRESETS[name], **overrides})
 
 
-def env_preset(reward: str, steps_var: str, default_steps: int | None = None, **overrides: Any) -> TrainConfig:
-    """The notebooks' training config: preset ``ARXIVQA_PRESET`` (default ``cpu-demo``; ``paper`` on a GPU),
-    steps from the environment variable ``steps_var`` (else ``default_steps`` for cpu-demo, else the
-    preset's), plus ``overrides``. Scale is configuration: the same notebook runs either preset."""
-    name = os.environ.get("ARXIVQA_PRESET", "cpu-demo")
-    steps = os.environ.get(steps_var)
-    if steps:
-        overrides["max_steps"] = int(steps)
-    elif default_steps is not None and name == "cpu-demo":
-        overrides["max_steps"] = default_steps
-    return preset(name, reward=reward, **overrides)
+def configured(reward: str, s: Settings | None = None, **overrides: Any) -> TrainConfig:
+    """The notebooks' training config from the settings: preset ``preset`` (``cpu-demo``; ``paper`` on a
+    GPU), steps ``train_steps`` (RLVR) or ``rar_steps`` (RaR) — their defaults apply to cpu-demo, the
+    paper preset keeps its own unless they were set — plus ``overrides``. Scale is configuration: the
+    same notebook runs either preset."""
+    s = s or settings()
+    field = "train_steps" if reward == "rlvr" else "rar_steps"
+    if "max_steps" not in overrides and (s.preset == "cpu-demo" or field in s.model_fields_set):
+        overrides["max_steps"] = getattr(s, field)
+    return preset(s.preset, reward=reward, **overrides)
 
 
 # --------------------------------------------------------------------------- data
@@ -162,15 +162,11 @@ def order_queries(queries: Sequence[Query], curriculum: str, seed: int = 0) -> l
 
 
 def load_training_queries(cfg: TrainConfig) -> list[Query]:
-    from .corpus import load_queries, split_queries
-    from .evaluate import scorable
+    """The scorable queries of ``cfg.split`` (a query without gold in the corpus gives no recall signal), in
+    curriculum order, the first ``cfg.limit`` of them."""
+    from .corpus import select_queries
 
-    queries = load_queries(cfg.queries)
-    if cfg.split != "all":
-        dev, train = split_queries(queries)
-        queries = train if cfg.split == "train" else dev
-    queries = scorable(queries)  # a query without gold in the corpus gives no recall signal
-    queries = order_queries(queries, cfg.curriculum, cfg.seed)
+    queries = order_queries(select_queries(cfg.queries, cfg.split).queries, cfg.curriculum, cfg.seed)
     return queries[: cfg.limit] if cfg.limit else queries
 
 
@@ -194,39 +190,35 @@ def build_dataset(queries: Sequence[Query], system_prompt: str = SYSTEM_PROMPT):
 def rollout_trajectory(row: dict[str, Any], completion: Sequence[dict], env, completion_tokens: int = 0,
                        policy: str = "grpo") -> Trajectory:
     """Rebuild a ``Trajectory`` from TRL's completion messages (assistant turns and tool messages) and the
-    environment's call records (real arXiv IDs per result). TRL runs a turn's calls in order, so the
-    records line up with the tool messages; a call TRL could not run (unknown tool, bad arguments)
-    has no record and becomes an error result."""
+    environment's call records (the same ``ToolCallRecord`` objects the agent loop keeps). TRL runs a
+    turn's calls in order, so the records line up with the tool messages; a call TRL could not run
+    (unknown tool, bad arguments) has no record and becomes an error record with TRL's message."""
     records = list(env.episode.calls)
-    traj = Trajectory(qid=str(row.get("qid", "")), query=str(row.get("query", "")),
-                      difficulty=row.get("difficulty") or None, gold_in_corpus=list(row.get("gold_in_corpus") or []),
-                      policy=policy, completion_tokens=completion_tokens)
+    traj = Trajectory.start(row, policy, completion_tokens=completion_tokens)
     ri = 0
     for msg in completion:
         role = msg.get("role")
         if role == "assistant":
             calls = []
             for tc in msg.get("tool_calls") or []:
-                fn = tc.get("function", tc)
+                fn = tc.get("function", tc) if isinstance(tc, dict) else {}
                 calls.append(ToolCall(name=str(fn.get("name", "")), arguments=fn.get("arguments", {})))
             text = msg.get("content") or ""
-            text = text if isinstance(text, str) else json.dumps(text)
-            traj.steps.append(Step(turn=len(traj.steps) + 1, assistant=AssistantTurn(text=text, raw=text,
-                                                                                     tool_calls=calls)))
+            text = text if isinstance(text, str) else json.dumps(text, default=str)
+            traj.add_step(AssistantTurn(text=text, raw=text, tool_calls=calls))
         elif role == "tool" and traj.steps:
             content = msg.get("content")
-            content = content if isinstance(content, str) else json.dumps(content)
-            rec = records[ri] if ri < len(records) and records[ri].name == msg.get("name") else None
+            content = content if isinstance(content, str) else json.dumps(content, default=str)
             step = traj.steps[-1]
-            call_id = step.assistant.tool_calls[len(step.results)].id if len(step.results) < len(
-                step.assistant.tool_calls) else f"call_{len(step.results)}"
-            if rec is not None:
+            pending = step.assistant.tool_calls[len(step.results):]
+            call_id = pending[0].id if pending else f"call_{len(step.results)}"
+            if ri < len(records) and records[ri].name == msg.get("name"):
+                rec = records[ri].model_copy(update={"call_id": call_id, "turn": step.turn, "result": content})
                 ri += 1
-                step.results.append(ToolResult(call_id=call_id, name=rec.name, arguments=rec.arguments, result=content,
-                                               error=rec.error, result_ids=rec.result_ids, seconds=rec.seconds))
             else:
-                step.results.append(ToolResult(call_id=call_id, name=str(msg.get("name", "")), result=content,
-                                               error=True))
+                rec = ToolCallRecord(call_id=call_id, turn=step.turn, name=str(msg.get("name", "")),
+                                     arguments=pending[0].arguments if pending else {}, result=content, error=True)
+            step.results.append(rec)
     traj.submitted = env.episode.submitted
     traj.tool_seconds = sum(r.seconds for r in traj.tool_results)
     if env.episode.finished:
@@ -531,7 +523,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
                                     abstract_chars=cfg.tool_abstract_chars, snippet_chars=cfg.tool_snippet_chars,
                                     max_snippets=cfg.tool_max_snippets)
     args = GRPOConfig(**grpo_args(cfg, out))
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    set_library_default("TRL_EXPERIMENTAL_SILENCE", "1")
     common = dict(reward_funcs=[make_reward_func(cfg, log, clock, scorer)], args=args,
                   train_dataset=build_dataset(queries, prompt_for(cfg)), environment_factory=env_factory,
                   callbacks=_callbacks(out, clock))
