@@ -65,11 +65,23 @@ def test_schemas_are_the_trainers():
     assert names == ["keyword_search", "semantic_search", "read_page", "finish"]
 
 
-def test_policy_specs():
-    with pytest.raises(ValueError, match="unknown policy"):
+def test_policies_are_named_like_every_other_llm(tmp_path):
+    from arxivqa.llm import get_endpoint
+
+    with pytest.raises(ValueError, match="unknown LLM"):
         make_policy("carrier-pigeon:x")
-    with pytest.raises(ValueError, match="needs a model"):
+    with pytest.raises(ValueError, match="unknown LLM"):
         make_policy("openai:")
+    with pytest.raises(FileNotFoundError, match="no run"):
+        make_policy("run:no-such-run")
+    # the same names the judges use: a configured endpoint, or an inline spec
+    assert get_endpoint("local-smollm2").model == "smollm2-135m-instruct" and get_endpoint("local-smollm2").local
+    inline = get_endpoint("openai:some-model@http://127.0.0.1:9/v1")
+    assert (inline.model, inline.base_url, inline.local) == ("some-model", "http://127.0.0.1:9/v1", False)
+    policy = make_policy("openai:some-model@http://127.0.0.1:9/v1")
+    assert policy.model_name == "some-model" and str(policy.client.base_url).startswith("http://127.0.0.1:9/v1")
+    hosted = make_policy("openai-gpt-4.1-mini")  # a configured hosted endpoint (no request is made here)
+    assert hosted.model_name == "gpt-4.1-mini" and hosted.name == "openai-gpt-4.1-mini"
 
 
 # ---------------------------------------------------------------- the loop, with a scripted policy

@@ -3,16 +3,16 @@
 One source for the prompt and the tool schemas: ``SYSTEM_PROMPT`` and ``tool_schemas()`` (built from
 ``ArxivEnv``'s methods exactly as TRL builds them) serve the agent here and the trainer later.
 
-Policies (``make_policy``):
+Policies (``make_policy``) are named like every other LLM of the project (``llm.get_endpoint``):
 
-- ``local:<model>`` — a Hugging Face causal LM in-process (default ``local:qwen2.5-coder-0.5b-instruct``,
-  the packaged model; any local folder or, with internet, hub ID), its chat template with tools,
-  greedy by default.
-- ``run:<folder>`` — what a training run produced (``arxivqa.train``): its base model with the LoRA
-  adapter of ``final/`` merged; a bare name is looked up under ``data/runs``.
-- ``openai:<model>@<base_url>`` — any OpenAI-compatible chat endpoint with native tool calling (a
-  local vLLM / llama.cpp / ``transformers serve`` server, or a hosted API); key from the environment
-  variable named by ``api_key_env`` (default ``OPENAI_API_KEY``; a local server needs none).
+- an endpoint of ``configs/endpoints.toml`` — ``local`` (default: the packaged Qwen2.5-Coder-0.5B-Instruct)
+  and any other local endpoint run in this process (a Hugging Face causal LM, its chat template with
+  tools, greedy by default); ``local:<model>`` names any packaged model, folder or hub ID the same way;
+- a remote endpoint (``vllm-qwen3-8b``, ``openai-gpt-4.1-mini``, ...) or ``openai:<model>[@<base_url>]`` —
+  any OpenAI-compatible chat server with native tool calling; its key from the variable the endpoint
+  names (a local server needs none);
+- ``run:<folder or name>`` — what a training run produced (``arxivqa.train``): its base model with the
+  LoRA adapter of ``final/`` merged; a bare name is looked up under ``config.run_roots()``.
 
 Small models often write tool calls as bare JSON, JSON in a code fence, or broken JSON instead of
 ``<tool_call>`` tags: ``parse_tool_calls`` accepts all of these, and what it cannot read goes back to
@@ -223,14 +223,14 @@ class OpenAIPolicy:
     """Any OpenAI-compatible chat endpoint with native tool calling; the ``openai`` client retries
     with exponential backoff (``max_retries``)."""
 
-    def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 temperature: float = 0.0, timeout: float = 120.0, max_retries: int = 4) -> None:
+    def __init__(self, model: str, base_url: str | None = None, api_key_env: str | None = "OPENAI_API_KEY",
+                 temperature: float = 0.0, timeout: float = 120.0, max_retries: int = 4, name: str | None = None) -> None:
         from openai import OpenAI
 
         key = secret(api_key_env) or "not-needed-for-a-local-server"
         self.client = OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries)
         self.model_name, self.temperature = model, temperature
-        self.name = f"openai:{model}" + (f"@{base_url}" if base_url else "")
+        self.name = name or f"openai:{model}" + (f"@{base_url}" if base_url else "")
 
     def chat(self, messages: list[dict], tools: list[dict], max_new_tokens: int) -> AssistantTurn:
         t0 = time.perf_counter()
@@ -256,23 +256,32 @@ class OpenAIPolicy:
 
 
 def make_policy(spec: str | None = None, **kwargs) -> Policy:
-    """``local[:model]``, ``run:<run folder or name under data/runs>`` or ``openai:<model>[@<base_url>]``
-    (see the module docstring)."""
+    """A policy by name: ``run:<run folder, or a run's name under the run roots>`` (a trained adapter), or
+    any LLM name ``llm.get_endpoint`` knows — an endpoint of ``configs/endpoints.toml``, ``local[:<model>]``
+    or ``openai:<model>[@<base_url>]``. A local endpoint runs in this process (``LocalHFPolicy``); any
+    other is called over its OpenAI-compatible API with native tool calling (``OpenAIPolicy``)."""
+    from .llm import get_endpoint
+
     spec = spec or "local"
     kind, _, rest = spec.partition(":")
-    if kind == "local":
-        return LocalHFPolicy(rest or None, **kwargs)
     if kind == "run":
-        from .config import runs_dir
+        return run_policy(find_run_folder(rest), **kwargs)
+    ep = get_endpoint(spec)
+    if ep.local:
+        return LocalHFPolicy(ep.model, name=f"local:{ep.model}", **kwargs)
+    return OpenAIPolicy(ep.model, ep.base_url, api_key_env=ep.api_key_env, name=spec, **kwargs)
 
-        folder = rest if os.path.isdir(rest) or os.sep in rest else str(runs_dir() / rest)
-        return run_policy(folder, **kwargs)
-    if kind == "openai":
-        model, _, base = rest.partition("@")
-        if not model:
-            raise ValueError("openai policy needs a model: openai:<model>[@<base_url>]")
-        return OpenAIPolicy(model, base or None, **kwargs)
-    raise ValueError(f"unknown policy {spec!r}: use 'local[:<model>]', 'run:<run folder>' or 'openai:<model>[@<base_url>]'")
+
+def find_run_folder(name: str) -> str:
+    """A run folder given as a path, or by its name under one of ``config.run_roots()``."""
+    from .config import run_roots
+
+    if os.path.isdir(name) or os.sep in name:
+        return name
+    for root in run_roots():
+        if (root / name).is_dir():
+            return str(root / name)
+    raise FileNotFoundError(f"no run {name!r} under {[str(r) for r in run_roots()]}")
 
 
 def _for_template(messages: list[dict]) -> list[dict]:

@@ -189,6 +189,13 @@ def episodes_dir() -> Path:
     return settings().episodes_dir
 
 
+def run_roots() -> list[Path]:
+    """Where training runs are looked for: runs trained here (``runs_dir``), then runs committed with the
+    repository (``<results_dir>/runs``)."""
+    s = settings()
+    return [s.runs_dir, s.results_dir / "runs"]
+
+
 def scale() -> str:
     return settings().scale
 

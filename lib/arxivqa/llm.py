@@ -119,15 +119,41 @@ def load_endpoints(path: str | Path | None = None) -> dict[str, Endpoint]:
     return out
 
 
+OPENAI_URL = "https://api.openai.com/v1"
+
+
+class UnknownLLMError(KeyError, ValueError):
+    """A name that is neither a configured endpoint nor an inline ``local:``/``openai:`` spec."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
 def get_endpoint(name: str | Endpoint | None = None) -> Endpoint:
-    """An endpoint by name (default ``ARXIVQA_LLM``, else ``local``)."""
+    """The one way to name an LLM, for the labeller, the judges and the agent's policies alike (default:
+    the setting ``llm``, else ``local``):
+
+    - a name configured in ``configs/endpoints.toml`` (``local``, ``local-smollm2``, ``vllm-qwen3-8b``, ...);
+    - ``local:<model>``: a packaged model name, local folder or hub ID, served by the project;
+    - ``openai:<model>[@<base_url>]``: any OpenAI-compatible server (default the OpenAI API, key in
+      ``OPENAI_API_KEY``).
+    """
     if isinstance(name, Endpoint):
         return name
     name = name or settings().llm or DEFAULT_ENDPOINT
     eps = load_endpoints()
-    if name not in eps:
-        raise KeyError(f"unknown LLM endpoint {name!r}; configured: {sorted(eps)} (in {endpoints_file()})")
-    return eps[name]
+    if name in eps:
+        return eps[name]
+    kind, _, rest = name.partition(":")
+    if kind == "local" and rest:
+        return eps[DEFAULT_ENDPOINT].model_copy(update={"name": name, "model": rest})
+    if kind == "openai" and rest:
+        model, _, base = rest.partition("@")
+        if model:
+            return Endpoint(name=name, model=model, base_url=base or OPENAI_URL, api_key_env="OPENAI_API_KEY",
+                            mode="tools")
+    raise UnknownLLMError(f"unknown LLM {name!r}: use an endpoint of {endpoints_file()} ({', '.join(sorted(eps))}), "
+                   "'local:<model>' or 'openai:<model>[@<base_url>]'")
 
 
 # --------------------------------------------------------------------------- the local server

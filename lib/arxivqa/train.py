@@ -42,7 +42,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from .agent import SYSTEM_PROMPT
-from .config import Settings, set_library_default, settings
+from .config import Settings, run_roots, set_library_default, settings
 from .corpus import Query
 from .files import atomic_write_json, atomic_write_text
 from .records import AssistantTurn, ToolCall, ToolCallRecord, Trajectory
@@ -447,27 +447,105 @@ def _timed(fn: Callable, clock: StepClock, key: str) -> Callable:
     return wrapper
 
 
-def run_folder(cfg: TrainConfig) -> Path:
-    """The conventional run folder of a config under ``data/runs`` (``ARXIVQA_RUNS_DIR``): notebooks
-    find each other's runs by it, so a finished run is trained once and read back afterwards."""
-    from .config import runs_dir
+# --------------------------------------------------------------------------- the run registry
 
+# Fields that do not change what a run is (how it was executed, not what it learned).
+_NOT_IDENTITY = frozenset({"threads", "save_steps", "preset"})
+
+
+class RunInfo(BaseModel):
+    """A run folder and what it is: its config, whether it finished, how many steps it logged."""
+
+    path: Path
+    config: TrainConfig
+    finished: bool
+    steps_done: int
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def label(self) -> str:
+        """model · scale · steps · seed — what a figure title states."""
+        c = self.config
+        judge = f" · judge {c.judge_endpoint or 'local'} ({c.judge_rubric})" if c.reward == "rar" else ""
+        return f"{c.model} · {c.preset} · {self.steps_done} steps{judge} · seed {c.seed}"
+
+
+def run_identity(cfg: TrainConfig | dict) -> dict:
+    c = cfg if isinstance(cfg, TrainConfig) else TrainConfig.model_validate(cfg)
+    return c.model_dump(mode="json", exclude=set(_NOT_IDENTITY))
+
+
+def read_run(path: str | Path) -> RunInfo:
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} is not a training run folder (no config.json)")
+    cfg = TrainConfig.model_validate_json((path / "config.json").read_text())
+    steps = 0
+    if (path / "metrics.jsonl").exists():
+        steps = max((int(r.get("step", 0)) for r in load_rollouts(path / "metrics.jsonl")), default=0)
+    return RunInfo(path=path, config=cfg, finished=(path / "final" / "adapter_config.json").exists(), steps_done=steps)
+
+
+def list_runs(roots: Sequence[str | Path] | None = None) -> list[RunInfo]:
+    """Every run folder under ``roots`` (default ``run_roots()``), newest first within each root."""
+    out = []
+    for root in map(Path, roots or run_roots()):
+        if not root.is_dir():
+            continue
+        folders = sorted((p for p in root.iterdir() if (p / "config.json").exists()),
+                         key=lambda p: -(p / "config.json").stat().st_mtime)
+        for folder in folders:
+            try:
+                out.append(read_run(folder))
+            except (ValueError, OSError):
+                continue  # a folder from an older config format: not a run this code can read
+    return out
+
+
+def find_runs(roots: Sequence[str | Path] | None = None, finished: bool | None = None, **what: Any) -> list[RunInfo]:
+    """Runs whose config has the given field values, e.g. ``find_runs(reward="rar", judge_endpoint=None)``."""
+    unknown = set(what) - set(TrainConfig.model_fields)
+    if unknown:
+        raise ValueError(f"not TrainConfig fields: {sorted(unknown)}")
+    return [r for r in list_runs(roots) if (finished is None or r.finished == finished)
+            and all(getattr(r.config, k) == v for k, v in what.items())]
+
+
+def find_run(cfg: TrainConfig, roots: Sequence[str | Path] | None = None, finished: bool | None = True) -> RunInfo | None:
+    """The run that is exactly ``cfg`` (same identity: every field but how it was executed), or None."""
+    ident = run_identity(cfg)
+    for r in list_runs(roots):
+        if (finished is None or r.finished == finished) and run_identity(r.config) == ident:
+            return r
+    return None
+
+
+def run_folder(cfg: TrainConfig) -> Path:
+    """Where a new run of ``cfg`` is trained: a readable name under ``runs_dir`` (the registry finds
+    runs by their config, not by this name)."""
     if cfg.reward == "rar":
         name = f"rar-{cfg.preset}-{cfg.judge_endpoint or 'local'}-{cfg.judge_rubric}-{cfg.max_steps}steps-seed{cfg.seed}"
     else:
         name = f"rlvr-{cfg.preset}-{cfg.curriculum}-{cfg.max_steps}steps-seed{cfg.seed}"
-    return runs_dir() / name
+    return settings().runs_dir / name
 
 
 def train_or_load(cfg: TrainConfig, index=None) -> dict:
-    """Train ``cfg`` into ``run_folder(cfg)`` unless it holds a finished run (a partial one is resumed);
-    a RaR run gets its judge here and stops its server afterwards. Returns what this call did."""
+    """The run of ``cfg``: a finished one is found by the registry and read back; otherwise it is trained
+    into ``run_folder(cfg)`` (a partial run there is resumed). A RaR run gets its judge here and stops its
+    server afterwards. Returns what this call did, with the run's folder as ``path``."""
     import time as _time
 
-    out = run_folder(cfg)
-    info = {"run": out.name, "trained_now": False, "seconds": 0.0}
-    if (out / "final" / "adapter_config.json").exists():
-        return info
+    done = find_run(cfg)
+    if done is not None:
+        return {"run": done.name, "path": done.path, "trained_now": False, "seconds": 0.0}
+    out, n = run_folder(cfg), 1
+    while (out / "config.json").exists() and run_identity(read_run(out).config) != run_identity(cfg):
+        n += 1  # the name is taken by a different run: keep both
+        out = run_folder(cfg).with_name(f"{run_folder(cfg).name}-{n}")
+    info = {"run": out.name, "path": out, "trained_now": False, "seconds": 0.0}
     t0 = _time.perf_counter()
     scorer = None
     if cfg.reward == "rar":
