@@ -40,7 +40,7 @@ def test_bad_line_names_file_and_line(tmp_path):
 
 def test_missing_data_names_the_setting(tmp_path, monkeypatch):
     monkeypatch.setenv("ARXIVQA_DATA_DIR", str(tmp_path / "nowhere"))
-    assert config.data_dir() == (tmp_path / "nowhere").resolve()
+    assert config.settings().data_dir == (tmp_path / "nowhere").resolve()
     with pytest.raises(DataMissingError, match="ARXIVQA_DATA_DIR"):
         list(iter_papers())
     with pytest.raises(DataMissingError, match="ARXIVQA_DATA_DIR"):

@@ -85,7 +85,7 @@ def bench_search(corpus: str | None = None, queries_file: str | None = None, nam
     report["corpus"] = {"papers": len(papers), "load_seconds": time.perf_counter() - t0}
     print(f"corpus: {len(papers)} papers in {report['corpus']['load_seconds']:.1f}s", flush=True)
 
-    folder = config.index_dir() / name
+    folder = config.settings().index_dir / name
     shutil.rmtree(folder, ignore_errors=True)
     index = SearchIndex(folder, keyword_engine=engines[0], embedder=embedder)
     t0 = time.perf_counter()

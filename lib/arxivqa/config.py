@@ -40,43 +40,43 @@ class Settings(BaseModel):
     model_config = {"frozen": True}
 
     # -- where things live
-    data_dir: Path = Field(_repo("..", "shared", "data"), description="folder holding the corpus and query files")
-    index_dir: Path = Field(_repo("data", "index"), description="root under which indexes are built")
-    results_dir: Path = Field(_repo("results"), description="tables, figures, committed runs")
+    data_dir: Path = Field(_repo("..", "shared", "data"), description="folder with `arxiv_ai_papers.jsonl.gz` and `queries_train.jsonl`")
+    index_dir: Path = Field(_repo("data", "index"), description="where indexes are built (git-ignored)")
+    results_dir: Path = Field(_repo("results"), description="where notebooks and benchmarks write; committed runs live in its `runs/`")
     models_dir: Path = Field(_repo("data", "models"), description="converted local models, the distilled embedder")
-    runs_dir: Path = Field(_repo("data", "runs"), description="training runs trained on this machine")
-    episodes_dir: Path = Field(_repo("data", "episodes"), description="evaluated episodes kept for reuse")
-    cache_dir: Path = Field(_repo("data", "cache"), description="the LLM response cache")
-    labels_dir: Path = Field(_repo("data", "labels"), description="the label store and labeller runs")
-    endpoints: Path = Field(_repo("configs", "endpoints.toml"), description="the named LLM endpoints")
+    runs_dir: Path = Field(_repo("data", "runs"), description="training runs trained here (checkpoints, rollouts, logs; git-ignored)")
+    episodes_dir: Path = Field(_repo("data", "episodes"), description="evaluated episodes of notebooks 06/07, reused by later runs")
+    cache_dir: Path = Field(_repo("data", "cache"), description="the LLM response cache (`llm.sqlite`)")
+    labels_dir: Path = Field(_repo("data", "labels"), description="the label store (`labels.json`), labeller runs, the curated query file")
+    endpoints: Path = Field(_repo("configs", "endpoints.toml"), description="the endpoint configuration file")
     # -- corpus and index
-    scale: Literal["demo", "full"] = Field("demo", description="`demo` (gold papers + a seeded sample) or `full`")
-    demo_papers: int = Field(20000, ge=1, description="papers in the demo-scale index")
-    keyword_engine: Literal["bm25s", "whoosh"] = Field("bm25s", description="the engine behind keyword_search")
-    semantic_search: Literal["exact", "hnsw"] = Field("exact", description="how semantic_search queries chromadb")
-    embedder: str = Field("static", description="the embedder of the semantic index")
+    scale: Literal["demo", "full"] = Field("demo", description="`demo`: every gold paper + a seeded sample; `full`: all 139,670 papers")
+    demo_papers: int = Field(20000, ge=1, description="size of the demo index")
+    keyword_engine: Literal["bm25s", "whoosh"] = Field("bm25s", description="engine behind `keyword_search`: `bm25s` or `whoosh`")
+    semantic_search: Literal["exact", "hnsw"] = Field("exact", description="`exact` (one matrix product over chromadb's vectors) or `hnsw` (chromadb's own query)")
+    embedder: str = Field("static", description="`static` (model2vec distilled from MiniLM), `minilm`, `minilm-128`, or `st:<hub id or folder>`")
     # -- models and endpoints
-    model: str = Field("qwen2.5-coder-0.5b-instruct", description="the policy model: packaged name, folder or hub ID")
-    llm: str = Field("local", description="endpoint of the labeller (configs/endpoints.toml)")
-    local_llm_url: str | None = Field(None, description="a running `make serve` to share instead of starting one")
-    policy: str = Field("local", description="policy of notebook 03 (an endpoint, `local[:model]`, `run:<run>`)")
-    judge: str = Field("local", description="the training judge of notebook 05")
-    frontier: str = Field("openai-gpt-4.1-mini", description="the frontier agent of notebook 07 (runs when its key is set)")
+    model: str = Field("qwen2.5-coder-0.5b-instruct", description="the local policy model: the packaged name, a local folder, or (with internet) a hub ID")
+    llm: str = Field("local", description="the LLM of the labeller (any LLM name: see \"LLM names\")")
+    local_llm_url: str | None = Field(None, description="reuse a running local server (`make serve` prints it) instead of starting one per process")
+    policy: str = Field("local", description="notebook 03's policy: an LLM name or `run:<run folder or name>`")
+    judge: str = Field("local", description="the training judge of notebook 05 (an LLM name)")
+    frontier: str = Field("openai-gpt-4.1-mini", description="the frontier agent of notebook 07 (an LLM name); used only when its key variable is set")
     # -- what the notebooks run
-    preset: str = Field("cpu-demo", description="training preset: `cpu-demo` or `paper` (GPU)")
-    train_steps: int | None = Field(20, ge=1, description="RLVR steps (cpu-demo)")
-    rar_steps: int | None = Field(10, ge=1, description="RaR steps per training judge (cpu-demo)")
-    curriculum: Literal["uniform", "easy-to-hard"] = Field("uniform", description="RLVR query order")
-    compare_curriculum: bool = Field(False, description="notebook 04 also trains the other curriculum")
-    label_queries: int = Field(3, ge=0, description="queries the labeller runs on in notebook 02")
-    triage_queries: int = Field(6, ge=0, description="queries triaged in notebook 02")
-    demo_episodes: int = Field(3, ge=1, description="episodes of notebook 03")
-    train_judges: list[str] = Field(["local", "local-smollm2"], description="training judges (comma-separated endpoints)")
-    eval_judges: list[str] = Field(["local", "local-smollm2"], description="evaluation judges (comma-separated endpoints)")
-    eval_queries_file: Path | None = Field(None, description="held-out query file (default: the train file's dev part)")
-    eval_split: Literal["train", "dev", "all"] = Field("dev", description="part of the query file evaluated")
-    eval_limit: int | None = Field(None, ge=1, description="first N scorable queries of that part")
-    eval_budgets: str | None = Field(None, description="`max_turns,max_tool_calls,max_tokens,max_new_tokens`")
+    preset: str = Field("cpu-demo", description="the training preset of notebooks 04–07: `cpu-demo` or `paper` (GPU)")
+    train_steps: int | None = Field(20, ge=1, description="GRPO steps of the RLVR runs (cpu-demo; `paper` keeps its own unless set)")
+    rar_steps: int | None = Field(10, ge=1, description="GRPO steps of each RaR run (likewise)")
+    curriculum: Literal["uniform", "easy-to-hard"] = Field("uniform", description="RLVR query order: `uniform` or `easy-to-hard`")
+    compare_curriculum: bool = Field(False, description="notebook 04 also trains the other curriculum and compares")
+    label_queries: int = Field(3, ge=0, description="train queries the labeller runs on in notebook 02")
+    triage_queries: int = Field(6, ge=0, description="train queries triaged in notebook 02")
+    demo_episodes: int = Field(3, ge=1, description="dev episodes of notebook 03")
+    train_judges: list[str] = Field(["local", "local-smollm2"], description="training judges of the ablation runs (comma-separated LLM names; 06, 07)")
+    eval_judges: list[str] = Field(["local", "local-smollm2"], description="evaluation judges (comma-separated LLM names; 06, 07)")
+    eval_queries_file: Path | None = Field(None, description="held-out queries of 06/07 (any file in the `queries_train.jsonl` format; default the train file)")
+    eval_split: Literal["train", "dev", "all"] = Field("dev", description="which part of that file: `dev`, `train` or `all`")
+    eval_limit: int | None = Field(None, ge=1, description="the first N scorable queries of that part (default all)")
+    eval_budgets: str | None = Field(None, description="episode budgets of 06/07: `max_turns,max_tool_calls,max_tokens,max_new_tokens` (default `10,30,6000,384`)")
 
     @classmethod
     def env_var(cls, field: str) -> str:
@@ -164,29 +164,9 @@ def set_library_default(var: str, value: str) -> None:
     os.environ.setdefault(var, value)
 
 
-# Shorthands kept for the many call sites that only need a path.
-def data_dir() -> Path:
-    return settings().data_dir
-
-
-def index_dir() -> Path:
-    return settings().index_dir
-
-
+# Shorthands for the two settings that nearly every notebook and writer needs.
 def results_dir() -> Path:
     return settings().results_dir
-
-
-def models_dir() -> Path:
-    return settings().models_dir
-
-
-def runs_dir() -> Path:
-    return settings().runs_dir
-
-
-def episodes_dir() -> Path:
-    return settings().episodes_dir
 
 
 def run_roots() -> list[Path]:
@@ -198,18 +178,6 @@ def run_roots() -> list[Path]:
 
 def scale() -> str:
     return settings().scale
-
-
-def demo_papers() -> int:
-    return settings().demo_papers
-
-
-def keyword_engine() -> str:
-    return settings().keyword_engine
-
-
-def semantic_search_mode() -> str:
-    return settings().semantic_search
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -76,17 +76,17 @@ def _require(path: Path) -> Path:
     if not path.exists():
         raise DataMissingError(
             f"{path} not found. Set ARXIVQA_DATA_DIR to the folder holding {config.CORPUS_FILE} and "
-            f"{config.QUERIES_FILE} (now: {config.data_dir()}); see README, 'Data'."
+            f"{config.QUERIES_FILE} (now: {config.settings().data_dir}); see README, 'Data'."
         )
     return path
 
 
 def corpus_path() -> Path:
-    return config.data_dir() / config.CORPUS_FILE
+    return config.settings().data_dir / config.CORPUS_FILE
 
 
 def queries_path() -> Path:
-    return config.data_dir() / config.QUERIES_FILE
+    return config.settings().data_dir / config.QUERIES_FILE
 
 
 def _open_text(path: Path):
@@ -178,7 +178,7 @@ def papers_for_scale(scale: str | None = None, seed: int = 0, path: str | Path |
     papers = iter_papers(path)
     if scale == "full":
         return list(papers)
-    return select(papers, n=config.demo_papers(), include_ids=gold_ids(load_queries()), seed=seed)
+    return select(papers, n=config.settings().demo_papers, include_ids=gold_ids(load_queries()), seed=seed)
 
 
 def stats_frame(papers: Iterable[Paper]):

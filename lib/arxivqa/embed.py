@@ -85,7 +85,7 @@ class StaticEmbedder(Embedder):
 
 
 def static_model_dir() -> Path:
-    return config.models_dir() / STATIC_DIR_NAME
+    return config.settings().models_dir / STATIC_DIR_NAME
 
 
 def prepare_static(force: bool = False, pca_dims: int = 256) -> Path:

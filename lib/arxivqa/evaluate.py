@@ -204,7 +204,7 @@ def trajectory_cache(policy_spec: str, tag: str):
     kind, _, rest = policy_spec.partition(":")
     rest = rest.split("@", 1)[0].rstrip("/").rsplit("/", 1)[-1] if kind in ("run", "openai") else rest
     name = _re.sub(r"[^A-Za-z0-9._-]+", "_", f"{kind}-{rest}" if rest else kind)
-    return config.episodes_dir() / f"{name}.{tag}.trajectories.jsonl"
+    return config.settings().episodes_dir / f"{name}.{tag}.trajectories.jsonl"
 
 
 def cached_agent_eval(policy_spec: str, queries: Sequence[Query], path, index=None, budgets=None,

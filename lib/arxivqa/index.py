@@ -378,7 +378,7 @@ class SemanticIndex:
         import chromadb
         from chromadb.config import Settings
 
-        self.search_mode = search_mode or config.semantic_search_mode()
+        self.search_mode = search_mode or config.settings().semantic_search
         if self.search_mode not in self.SEARCH_MODES:
             raise ValueError(f"unknown semantic search mode {self.search_mode!r}; choose one of {self.SEARCH_MODES}")
         self.embedder = embedder
@@ -471,10 +471,10 @@ class SearchIndex:
 
     def __init__(self, folder: str | Path | None = None, name: str | None = None, keyword_engine: str | None = None,
                  embedder: str | Embedder | None = None) -> None:
-        keyword_engine = keyword_engine or config.keyword_engine()
+        keyword_engine = keyword_engine or config.settings().keyword_engine
         if keyword_engine not in KEYWORD_ENGINES:
             raise ValueError(f"unknown keyword engine {keyword_engine!r}; choose one of {KEYWORD_ENGINES}")
-        self.folder = Path(folder) if folder else config.index_dir() / (name or config.scale())
+        self.folder = Path(folder) if folder else config.settings().index_dir / (name or config.scale())
         self.keyword_engine_name = keyword_engine
         self._embedder_arg = embedder
         self.analyzer = Analyzer()
@@ -559,8 +559,8 @@ def open_index(name: str | None = None, folder: str | Path | None = None, keywor
     """A process-wide shared, opened index (environments created per rollout share it); the
     defaults follow the settings (scale, keyword engine, embedder)."""
     name = name or config.scale()
-    keyword_engine = keyword_engine or config.keyword_engine()
-    key = (str(folder or config.index_dir() / name), keyword_engine, embedder)
+    keyword_engine = keyword_engine or config.settings().keyword_engine
+    key = (str(folder or config.settings().index_dir / name), keyword_engine, embedder)
     with _OPEN_LOCK:
         if key not in _OPEN:
             idx = SearchIndex(folder, name=name, keyword_engine=keyword_engine, embedder=embedder)
@@ -578,7 +578,7 @@ def build_for_scale(scale: str | None = None, keyword_engines: Sequence[str] | N
     from .corpus import papers_for_scale
 
     scale = scale or config.scale()
-    keyword_engines = list(keyword_engines or [config.keyword_engine()])
+    keyword_engines = list(keyword_engines or [config.settings().keyword_engine])
     index = SearchIndex(name=scale, keyword_engine=keyword_engines[0], embedder=embedder)
     return index, index.build(papers_for_scale(scale), keyword_engines=list(keyword_engines), semantic=semantic)
 

@@ -92,14 +92,14 @@ def prepare_model(name: str = DEFAULT_MODEL, force: bool = False) -> Path:
     if name not in PACKAGED:
         raise ValueError(f"unknown packaged model {name!r}; packaged: {sorted(PACKAGED)}")
     spec = PACKAGED[name]
-    folder = config.models_dir() / name
+    folder = config.settings().models_dir / name
     if (folder / "config.json").exists() and not force:
         return folder
     config.set_offline()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf_dir = config.models_dir() / "gguf"
+    gguf_dir = config.settings().models_dir / "gguf"
     gguf = _assemble_gguf(spec, gguf_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf.name)
     quantised = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf.name, dtype=torch.float32)

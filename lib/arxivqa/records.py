@@ -124,10 +124,9 @@ class Hit(BaseModel):
     rank: int = 0
 
 
-class ToolCall(BaseModel):
-    """A call the model asked for."""
+class _Call(BaseModel):
+    """A tool name and its arguments as the model wrote them, cleaned and bounded for storage."""
 
-    id: str = Field(default_factory=lambda: "call_" + uuid.uuid4().hex[:12])
     name: str
     arguments: Any = Field(default_factory=dict)  # a dict, or the raw string when it was not JSON
 
@@ -142,28 +141,22 @@ class ToolCall(BaseModel):
         return clean_value(v)
 
 
-class ToolCallRecord(BaseModel):
+class ToolCall(_Call):
+    """A call the model asked for."""
+
+    id: str = Field(default_factory=lambda: "call_" + uuid.uuid4().hex[:12])
+
+
+class ToolCallRecord(_Call):
     """A call as it ran (or was refused): what the agent sent, the text it got back, the papers shown."""
 
     call_id: str = ""
     index: int = -1  # position in the episode's execution order
     turn: int | None = None
-    name: str
-    arguments: Any = Field(default_factory=dict)
     result: str = ""
     error: bool = False
     hits: list[Hit] = Field(default_factory=list)
     seconds: float = 0.0
-
-    @field_validator("name", mode="before")
-    @classmethod
-    def _name(cls, v: Any) -> str:
-        return clean_text(v, 64)
-
-    @field_validator("arguments", mode="before")
-    @classmethod
-    def _arguments(cls, v: Any) -> Any:
-        return clean_value(v)
 
     @field_validator("result", mode="before")
     @classmethod
@@ -196,14 +189,17 @@ class ToolCallRecord(BaseModel):
         return a if isinstance(a, str) else json.dumps(a, ensure_ascii=False, default=str)
 
 
-class AssistantTurn(BaseModel):
+class _Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+
+class AssistantTurn(_Usage):
     text: str = ""  # reasoning / prose the model wrote (without the tool-call markup)
     raw: str = ""  # the model's raw output (local models) or content (API)
     tool_calls: list[ToolCall] = Field(default_factory=list)
     parse_problems: list[str] = Field(default_factory=list)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    seconds: float = 0.0
 
     @field_validator("text", "raw", mode="before")
     @classmethod
@@ -222,7 +218,7 @@ class Step(BaseModel):
     results: list[ToolCallRecord] = Field(default_factory=list)
 
 
-class Trajectory(BaseModel):
+class Trajectory(_Usage):
     qid: str
     query: str
     difficulty: str | None = None
@@ -231,9 +227,6 @@ class Trajectory(BaseModel):
     steps: list[Step] = Field(default_factory=list)
     submitted: list[str] | None = None  # real arXiv IDs given to finish
     stop_reason: str = ""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    seconds: float = 0.0
     tool_seconds: float = 0.0
     generation_seconds: float = 0.0
 
