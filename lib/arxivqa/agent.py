@@ -87,7 +87,7 @@ def _objects(text: str) -> tuple[list[Any], list[str]]:
             except RecursionError:  # thousands of nested brackets: nothing a tool call needs
                 broken.append(text[i : i + 60] + " … (nested too deeply)")
                 break
-            except json.JSONDecodeError:
+            except ValueError:  # not JSON (or a number too long for int(): thousands of digits)
                 if text[i] == "{" and re.match(r'\{\s*"(name|function|tool)"', text[i : i + 40]):
                     broken.append(text[i : i + 200])
         i += 1
@@ -147,6 +147,8 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall], list[str]]:
     if spans_used and not tagged and not _FENCE.search(text):
         # bare JSON: keep only the prose around it as reasoning
         reasoning = re.sub(r"[\{\[].*[\}\]]", "", text, flags=re.S)
+    if len(problems) > 3:  # a model repeating a broken call: the first few say it all
+        problems = problems[:3] + [f"{len(problems) - 3} more problems like these"]
     return reasoning.strip(), calls, problems
 
 

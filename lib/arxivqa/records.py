@@ -57,12 +57,14 @@ def clean_value(value: Any, max_chars: int = MAX_STORED_CHARS, depth: int = 0) -
     ``MAX_STORED_ITEMS`` items per container, nesting deeper than ``MAX_STORED_DEPTH`` kept as text."""
     if isinstance(value, str):
         return clean_text(value, max_chars)
+    if isinstance(value, int) and value.bit_length() > 3 * max_chars:  # too long to keep (or print) as a number
+        return f"(an integer of {value.bit_length()} bits)"
     if value is None or isinstance(value, (bool, int, float)):
         return value
     if depth >= MAX_STORED_DEPTH:
         try:
             text = json.dumps(value, default=str)
-        except (ValueError, RecursionError):
+        except (ValueError, TypeError, RecursionError):  # TypeError: keys json cannot write (a tuple)
             text = "(nested too deep)"
         return clean_text(text, 200)
     if isinstance(value, dict):

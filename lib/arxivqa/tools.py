@@ -102,12 +102,13 @@ def _tool(fn):
     return wrapper
 
 
-def _clean_arg(value):
-    """Model text made valid (surrogates, NUL) before validation; sizes are checked by the tools."""
+def _clean_arg(value, depth: int = 0):
+    """Model text made valid (surrogates, NUL) before validation; sizes are checked by the tools. Lists
+    are cleaned two levels deep (no tool takes more; validation refuses deeper ones, however deep)."""
     if isinstance(value, str):
         return clean_text(value)
-    if isinstance(value, list):
-        return [_clean_arg(v) for v in value[:1000]]
+    if isinstance(value, list) and depth < 2:
+        return [_clean_arg(v, depth + 1) for v in value[:1000]]
     return value
 
 
@@ -214,7 +215,7 @@ class ArxivEnv:
 
     def _check_k(self, max_results: int) -> int:
         if not 1 <= max_results <= MAX_RESULTS_CAP:
-            raise ToolError(f"max_results must be between 1 and {MAX_RESULTS_CAP}, got {max_results}")
+            raise ToolError(f"max_results must be between 1 and {MAX_RESULTS_CAP}, got {echo(max_results, 40)}")
         return min(max_results, self._result_cap or max_results)
 
     @staticmethod
@@ -302,7 +303,7 @@ class ArxivEnv:
         text = paper.page_text()
         pages = [text[i : i + PAGE_CHARS] for i in range(0, len(text), PAGE_CHARS)] or [""]
         if not 1 <= page <= len(pages):
-            raise ToolError(f"page must be between 1 and {len(pages)} for paper '{paper_id}', got {page}")
+            raise ToolError(f"page must be between 1 and {len(pages)} for paper '{paper_id}', got {echo(page, 40)}")
         header = f"Paper {paper_id.strip()} — page {page} of {len(pages)}\n"
         hit = Hit(arxiv_id=real, id=paper_id.strip(), title=paper.title, published=paper.published.isoformat())
         return header + pages[page - 1], [hit]

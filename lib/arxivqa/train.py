@@ -45,7 +45,7 @@ from .agent import SYSTEM_PROMPT
 from .config import Settings, run_roots, set_library_default, settings
 from .corpus import Query
 from .files import atomic_write_json, atomic_write_text
-from .records import AssistantTurn, ToolCall, ToolCallRecord, Trajectory
+from .records import AssistantTurn, ToolCall, ToolCallRecord, Trajectory, clean_text
 from .rewards import RewardConfig, rlvr_reward
 
 DIFFICULTY_ORDER = {"easy": 0, "medium": 1, None: 1, "hard": 2}
@@ -212,7 +212,8 @@ def rollout_trajectory(row: dict[str, Any], completion: Sequence[dict], env, com
             step = traj.steps[-1]
             pending = step.assistant.tool_calls[len(step.results):]
             call_id = pending[0].id if pending else f"call_{len(step.results)}"
-            if ri < len(records) and records[ri].name == msg.get("name"):
+            # a call TRL refused itself (arguments not an object) left no record: pair by name *and* text
+            if ri < len(records) and records[ri].name == msg.get("name") and records[ri].result == clean_text(content, 20000):
                 rec = records[ri].model_copy(update={"call_id": call_id, "turn": step.turn, "result": content})
                 ri += 1
             else:
