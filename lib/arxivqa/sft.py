@@ -1,0 +1,369 @@
+"""Warm start (cold-start SFT): demonstrations in the exact chat/tool format of GRPO rollouts, and LoRA SFT.
+
+A policy too weak to finish an episode gives GRPO nothing to learn from (every reward gated to 0, zero
+variance). The standard fix is a short supervised warm start on demonstrations of the task:
+
+    python -m arxivqa.sft demos --limit 0          # data/sft/demos-<tag>.jsonl from the train split
+    python -m arxivqa.sft train --demos data/sft/demos-....jsonl --out data/models/<model>-sft
+
+**The scripted teacher** (``teacher_episode``) runs the real tools of ``ArxivEnv`` with the compact tool
+view the trainer uses, so a demonstration's tool messages are exactly what a GRPO rollout shows. It
+reads only the user query and what the tools return — never the gold — and varies its shape (1 to 4
+search rounds, 2 to 8 calls) so that RL has behaviours to choose among and a collapse can be seen:
+
+- round 1: the query's content words by keyword and the query itself by meaning, in parallel;
+- later rounds: sub-queries of salient phrases of the query (adjacent content words), and a refinement
+  from words frequent in the titles returned so far but absent from the query;
+- ``read_page`` on an uncertain candidate (one that only one tool found) in some episodes;
+- ``finish`` with the reciprocal-rank fusion of every ranking, best first (at most 10).
+
+Gold labels select demonstrations (finished, search recall > 0 on the training split), they never
+choose an action. A second source is the policy's own episodes (``policy_demos``: rejection sampling,
+the same selection) and, when configured, a stronger endpoint's episodes (distillation) — both through
+``Agent.run`` with the same tools.
+
+**SFT** (``train_sft``): TRL's ``SFTTrainer`` with LoRA on ``{"messages", "tools"}`` rows, loss on the
+assistant tokens only (TRL's training chat template for Qwen2.5 adds the generation markers); the adapter
+is merged and saved as a plain model folder, which GRPO then starts from (``TrainConfig.model``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .corpus import Query, select_queries
+from .evaluate import rrf
+from .files import atomic_write_text
+from .records import STOPWORDS, AssistantTurn, ToolCall, Trajectory, content_words, search_recall
+
+SHAPES = ((1, 2), (2, 4), (3, 6), (4, 8))  # (search rounds, calls) — the teacher's repertoire
+
+
+class Demo(BaseModel):
+    """One demonstration: the chat as the trainer renders it, and the episode behind it."""
+
+    qid: str
+    source: str  # "teacher" | "policy:<name>"
+    shape: str  # e.g. "3 rounds, 6 calls, read"
+    messages: list[dict]
+    trajectory: Trajectory
+    selected: bool = False  # finished with search recall > 0
+    reason: str = ""
+
+    def row(self, tools: list[dict]) -> dict:
+        return {"messages": self.messages, "tools": tools}
+
+
+# --------------------------------------------------------------------------- the teacher's queries
+
+
+def _phrases(query: str, size: int = 3) -> list[str]:
+    """Windows of adjacent content words of the query (the salient phrases), longest content first."""
+    w = list(dict.fromkeys(content_words(query)))
+    if len(w) <= size:
+        return [" ".join(w)] if w else []
+    return [" ".join(w[i:i + size]) for i in range(0, len(w) - size + 1, max(1, size - 1))]
+
+
+def _refinement(query: str, titles: Sequence[str], n: int = 3) -> str | None:
+    """Words frequent in the titles seen so far but not in the query, with the query's first content
+    words: a query that follows the results rather than rephrasing the question."""
+    mine = set(content_words(query))
+    counts = Counter(t for title in titles for t in set(content_words(title)) if t not in mine and len(t) > 2
+                     and t not in STOPWORDS)
+    new = [w for w, c in counts.most_common(n) if c >= 2]
+    if not new:
+        return None
+    return " ".join(new + content_words(query)[:2])
+
+
+def _plan(query: str, rng: random.Random) -> tuple[int, int, bool]:
+    rounds, calls = SHAPES[rng.randrange(len(SHAPES))]
+    return rounds, calls, rng.random() < 0.5
+
+
+# --------------------------------------------------------------------------- one episode
+
+
+def teacher_episode(query: Query, env, rng: random.Random, system_prompt: str, max_submit: int = 10) -> Demo:
+    """A scripted episode over the real tools (see the module docstring); ``env`` is reset here."""
+    env.reset(**query.model_dump())
+    rounds, n_calls, read = _plan(query.query, rng)
+    traj = Trajectory.start(query, "teacher")
+    messages: list[dict] = [{"role": "system", "content": system_prompt}, {"role": "user", "content": query.query}]
+    rankings: list[list[str]] = []  # opaque IDs per search, in rank order
+    found_by: dict[str, set[str]] = {}
+    titles: list[str] = []
+    used: set[str] = set()
+    left = n_calls
+
+    def run_turn(text: str, calls: list[tuple[str, dict]]) -> None:
+        turn = len(traj.steps) + 1
+        step = traj.add_step(AssistantTurn(text=text, tool_calls=[ToolCall(name=n, arguments=a) for n, a in calls]))
+        messages.append({"role": "assistant", "content": text, "tool_calls": [
+            {"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls]})
+        for (name, _args), (result, rec) in zip(calls, env._run_batch(calls, turn=turn)):
+            step.results.append(rec)
+            messages.append({"role": "tool", "name": name, "content": result})
+            if name in ("keyword_search", "semantic_search") and not rec.error:
+                rankings.append([h.id for h in rec.hits])
+                for h in rec.hits:
+                    found_by.setdefault(h.id, set()).add(name)
+                    titles.append(h.title)
+
+    def fresh(q: str | None) -> str | None:
+        if not q or q.lower() in used:
+            return None
+        used.add(q.lower())
+        return q
+
+    # round 1: keyword and semantic, in parallel
+    words = " ".join(content_words(query.query)) or query.query
+    first = [("keyword_search", {"query": fresh(words) or words}), ("semantic_search", {"query": query.query})]
+    used.add(query.query.lower())
+    run_turn(f"I will search for {words!r} by keywords and for the question itself by meaning.", first)
+    left -= 2
+    for r in range(2, rounds + 1):
+        if left <= 0:
+            break
+        per_round = max(1, min(left, round(left / (rounds - r + 1))))
+        candidates = [fresh(_refinement(query.query, titles))] + [fresh(p) for p in _phrases(query.query)]
+        queries = [q for q in candidates if q][:per_round]
+        if not queries:
+            break
+        calls = [("keyword_search" if i % 2 == 0 else "semantic_search", {"query": q}) for i, q in enumerate(queries)]
+        note = (f"The results so far suggest more specific terms; searching for {', '.join(repr(q) for q in queries)}."
+                if queries[0] == candidates[0] else
+                f"Next I cover a narrower aspect: {', '.join(repr(q) for q in queries)}.")
+        run_turn(note, calls)
+        left -= len(calls)
+    fused = rrf(rankings)
+    if read:
+        uncertain = [pid for pid in fused[:max_submit] if len(found_by.get(pid, ())) == 1]
+        if uncertain:
+            run_turn("One candidate was found by only one search; I read it before deciding.",
+                     [("read_page", {"paper_id": uncertain[0]})])
+    picked = fused[:max_submit]
+    run_turn(f"I submit the {len(picked)} papers that ranked highest across my searches, best first.",
+             [("finish", {"paper_ids": picked})])
+    traj.submitted = env.episode.submitted
+    traj.stop_reason = "finished" if env.episode.finished else "no_finish"
+    calls_made = len(traj.tool_results)
+    shape = f"{sum(1 for s in traj.steps if any(r.query for r in s.results))} rounds, {calls_made} calls" + (
+        ", read" if any(r.name == "read_page" for r in traj.tool_results) else "")
+    return Demo(qid=query.qid, source="teacher", shape=shape, messages=messages, trajectory=traj)
+
+
+def select(demo: Demo) -> Demo:
+    """Keep a demonstration that finished and whose searches surfaced a gold paper (gold selects, it never
+    chooses an action)."""
+    traj = demo.trajectory
+    recall = search_recall(traj)
+    if traj.stop_reason != "finished":
+        demo.selected, demo.reason = False, "did not finish"
+    elif not recall > 0:
+        demo.selected, demo.reason = False, "no gold paper surfaced"
+    else:
+        demo.selected, demo.reason = True, f"search recall {recall:.2f}"
+    return demo
+
+
+# --------------------------------------------------------------------------- the demonstration file
+
+
+class DemoConfig(BaseModel):
+    """What a demonstration file is made from (saved next to it)."""
+
+    queries: str | None = None
+    split: str = "train"  # demonstrations come from the training split only
+    limit: int | None = None
+    per_query: int = Field(2, ge=1, description="teacher episodes per query (shapes drawn independently)")
+    seed: int = 0
+    index: str | None = None
+    tool_max_results: int = 3
+    tool_abstract_chars: int = 0
+    tool_snippet_chars: int = 120
+    tool_max_snippets: int = 0
+    system_prompt: str = "compact"
+
+
+def make_demos(cfg: DemoConfig, index=None, progress: bool = True) -> list[Demo]:
+    """Teacher demonstrations for the ``split`` queries (``per_query`` each), selected by ``select``."""
+    from tqdm.auto import tqdm
+
+    from .index import open_index
+    from .tools import ArxivEnv
+    from .train import COMPACT_SYSTEM_PROMPT, SYSTEM_PROMPT
+
+    if cfg.split != "train":
+        raise ValueError("demonstrations come from the training split only (split='train')")
+    queries = select_queries(cfg.queries, "train", cfg.limit).queries
+    if index is None:
+        folder = Path(cfg.index) if cfg.index and Path(cfg.index).exists() else None
+        index = open_index(None if folder else cfg.index, folder=folder)
+    env = ArxivEnv(index, seed=cfg.seed, result_cap=cfg.tool_max_results, abstract_chars=cfg.tool_abstract_chars,
+                   snippet_chars=cfg.tool_snippet_chars, max_snippets=cfg.tool_max_snippets)
+    prompt = COMPACT_SYSTEM_PROMPT if cfg.system_prompt == "compact" else SYSTEM_PROMPT
+    rng = random.Random(cfg.seed)
+    out = []
+    for q in tqdm(queries, desc="teacher demonstrations", unit="query", disable=not progress):
+        for _ in range(cfg.per_query):
+            out.append(select(teacher_episode(q, env, rng, prompt)))
+    return out
+
+
+def save_demos(path: str | Path, demos: Sequence[Demo], cfg: DemoConfig | None = None) -> Path:
+    path = Path(path)
+    atomic_write_text(path, "".join(d.model_dump_json() + "\n" for d in demos))
+    if cfg is not None:
+        atomic_write_text(path.with_suffix(".config.json"), cfg.model_dump_json(indent=2))
+    return path
+
+
+def load_demos(path: str | Path) -> list[Demo]:
+    with open(path, encoding="utf-8") as fh:
+        return [Demo.model_validate_json(line) for line in fh if line.strip()]
+
+
+def demo_stats(demos: Sequence[Demo]) -> dict[str, Any]:
+    """Counts a reader needs: how many were kept, their shapes, and the teacher's recall."""
+    from .records import submission_recall
+
+    kept = [d for d in demos if d.selected]
+    rec = [submission_recall(d.trajectory) for d in demos if d.trajectory.gold_in_corpus]
+    return {"episodes": len(demos), "selected": len(kept), "queries": len({d.qid for d in demos}),
+            "selected_queries": len({d.qid for d in kept}),
+            "shapes": dict(Counter(d.shape for d in kept).most_common()),
+            "teacher_recall_at_10": sum(rec) / len(rec) if rec else None,
+            "rejected": dict(Counter(d.reason for d in demos if not d.selected))}
+
+
+# --------------------------------------------------------------------------- SFT
+
+
+class SFTSettings(BaseModel):
+    model: str = "qwen2.5-coder-0.5b-instruct"
+    epochs: float = 2.0
+    learning_rate: float = 2e-4
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                             "gate_proj", "up_proj", "down_proj"])
+    max_length: int = 1536
+    batch_size: int = 2
+    seed: int = 0
+    threads: int | None = None
+    dtype: str = "auto"
+
+
+def training_template(tokenizer) -> str | None:
+    """TRL's training chat template (generation markers for assistant-only loss) for this tokenizer, if it
+    needs one; None when the tokenizer's own template already has them."""
+    from trl.chat_template_utils import get_training_chat_template
+
+    return get_training_chat_template(tokenizer)
+
+
+def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = None) -> dict:
+    """LoRA SFT on the selected demonstrations (loss on assistant tokens only); the adapter is merged and
+    the model saved to ``out`` (a folder ``from_pretrained`` reads). Returns what was measured."""
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from .agent import tool_schemas
+    from .models import resolve_dtype, resolve_model
+
+    s = s or SFTSettings()
+    out = Path(out)
+    if s.threads:
+        torch.set_num_threads(s.threads)
+    rows = [d.row(tool_schemas()) for d in demos if d.selected]
+    if not rows:
+        raise ValueError("no selected demonstration to train on")
+    path = resolve_model(s.model)
+    tok = AutoTokenizer.from_pretrained(path)
+    template = training_template(tok)
+    if template is not None:
+        tok.chat_template = template
+    dtype = resolve_dtype(s.dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    work = out.with_name(out.name + ".work")
+    args = SFTConfig(output_dir=str(work), num_train_epochs=s.epochs, learning_rate=s.learning_rate,
+                     per_device_train_batch_size=s.batch_size, gradient_accumulation_steps=1,
+                     max_length=s.max_length, assistant_only_loss=True, logging_steps=1, save_strategy="no",
+                     report_to="none", seed=s.seed, use_cpu=not torch.cuda.is_available(),
+                     bf16=dtype == "bfloat16", lr_scheduler_type="cosine", warmup_steps=1)
+    peft = LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=0.0, target_modules=s.lora_targets,
+                      task_type="CAUSAL_LM")
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                         peft_config=peft)
+    ds = trainer.train_dataset
+    if len(ds) == 0:
+        raise ValueError(f"every demonstration was dropped by the tokenizer (longer than max_length={s.max_length}?)")
+    tokens = sum(len(x) for x in ds["input_ids"])
+    if "labels" in ds.column_names:  # TRL folds the assistant mask into the labels (-100: no loss)
+        assistant = sum(sum(t != -100 for t in lab) for lab in ds["labels"])
+    else:
+        assistant = sum(sum(m) for m in ds["assistant_masks"]) if "assistant_masks" in ds.column_names else None
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    lora_norm = float(sum(p.detach().float().pow(2).sum() for n, p in trainer.model.named_parameters()
+                          if "lora_B" in n) ** 0.5)
+    merged = trainer.model.merge_and_unload()
+    merged.save_pretrained(str(out))
+    original = AutoTokenizer.from_pretrained(path)  # keep the model's own (inference) chat template
+    original.save_pretrained(str(out))
+    log = [r for r in trainer.state.log_history if "loss" in r]
+    info = {"base": s.model, "demos": len(rows), "tokens": tokens, "assistant_tokens": assistant,
+            "lora_norm": lora_norm, "settings": s.model_dump(), "train_seconds": seconds,
+            "steps": trainer.state.global_step, "first_loss": log[0]["loss"] if log else None,
+            "last_loss": log[-1]["loss"] if log else None, "log": trainer.state.log_history}
+    atomic_write_text(out / "sft.json", json.dumps(info, indent=2, default=str))
+    return info
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    from .config import settings
+
+    p = argparse.ArgumentParser(prog="python -m arxivqa.sft", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("demos", help="teacher demonstrations of the train split -> a JSONL file")
+    d.add_argument("--limit", type=int, default=None)
+    d.add_argument("--per-query", type=int, default=2)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--index", default=None)
+    d.add_argument("--out", default=None, help="default: <data>/sft/demos-<scale>-seed<seed>.jsonl")
+    t = sub.add_parser("train", help="LoRA SFT on a demonstration file -> a merged model folder")
+    t.add_argument("--demos", required=True)
+    t.add_argument("--model", default=SFTSettings().model)
+    t.add_argument("--out", required=True)
+    t.add_argument("--epochs", type=float, default=SFTSettings().epochs)
+    t.add_argument("--threads", type=int, default=None)
+    a = p.parse_args(argv)
+    if a.cmd == "demos":
+        cfg = DemoConfig(limit=a.limit, per_query=a.per_query, seed=a.seed, index=a.index)
+        demos = make_demos(cfg)
+        out = Path(a.out or settings().runs_dir.parent / "sft" / f"demos-{settings().scale}-seed{a.seed}.jsonl")
+        save_demos(out, demos, cfg)
+        print(json.dumps({"out": str(out), **demo_stats(demos)}, indent=2))
+    else:
+        info = train_sft(load_demos(a.demos), a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads))
+        print(json.dumps({k: v for k, v in info.items() if k != "log"}, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

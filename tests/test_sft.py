@@ -1,0 +1,95 @@
+"""Warm start: the scripted teacher's demonstrations and LoRA SFT on them."""
+
+import random
+
+import pytest
+
+from arxivqa.corpus import Query
+from arxivqa.sft import (SHAPES, Demo, DemoConfig, SFTSettings, load_demos, make_demos, save_demos, select,
+                         teacher_episode, train_sft)
+from arxivqa.tools import ArxivEnv
+from arxivqa.train import COMPACT_SYSTEM_PROMPT
+from conftest import by_title, write_jsonl
+
+
+def _env(index):
+    return ArxivEnv(index, seed=0, result_cap=3, abstract_chars=0, max_snippets=0)
+
+
+def test_the_teacher_never_reads_the_gold(built_index, papers):
+    """The same query with and without gold labels gets the same actions: gold only selects."""
+    target = by_title(papers, "Group relative policy optimization")
+    q = Query(qid="a", query="group relative policy optimization for math reasoning with language models")
+    with_gold = q.model_copy(update={"gold_in_corpus": [target.arxiv_id]})
+    a = teacher_episode(q, _env(built_index), random.Random(3), COMPACT_SYSTEM_PROMPT)
+    b = teacher_episode(with_gold, _env(built_index), random.Random(3), COMPACT_SYSTEM_PROMPT)
+    calls = lambda d: [(r.name, r.arguments) for r in d.trajectory.tool_results]  # noqa: E731
+    assert calls(a) == calls(b) and a.messages == b.messages
+    assert select(b).selected and not select(a).selected  # no gold: nothing to select on
+
+
+def test_demonstrations_are_in_the_rollout_format_and_vary_in_shape(built_index, papers):
+    q = Query(qid="b", query="sparse attention patterns for long-context transformers and linear memory",
+              gold_in_corpus=[by_title(papers, "Sparse attention").arxiv_id])
+    rng = random.Random(0)
+    demos = [teacher_episode(q, _env(built_index), rng, COMPACT_SYSTEM_PROMPT) for _ in range(12)]
+    for d in demos:
+        m = d.messages
+        assert m[0] == {"role": "system", "content": COMPACT_SYSTEM_PROMPT} and m[1]["role"] == "user"
+        assert m[-2]["role"] == "assistant" and m[-2]["tool_calls"][0]["function"]["name"] == "finish"
+        assert m[-1]["role"] == "tool" and m[-1]["content"].startswith("Submitted")
+        # every assistant call is answered by one tool message, in order, with the tool's own text
+        for i, msg in enumerate(m):
+            if msg["role"] == "assistant":
+                answers = m[i + 1: i + 1 + len(msg["tool_calls"])]
+                assert [a["name"] for a in answers] == [c["function"]["name"] for c in msg["tool_calls"]]
+        assert d.trajectory.stop_reason == "finished" and d.trajectory.submitted
+        assert len(d.trajectory.submitted) <= 10 and set(d.trajectory.submitted) <= d.trajectory.seen_ids()
+    n_calls = {len(d.trajectory.tool_results) for d in demos}
+    assert len(n_calls) >= 3 and min(n_calls) >= 3 and max(n_calls) <= max(c for _, c in SHAPES) + 2
+
+
+def test_demonstration_files_round_trip_and_come_from_train_only(built_index, papers, tmp_path):
+    qfile = write_jsonl(tmp_path / "q.jsonl", [
+        {"qid": f"t{i}", "query": p.title + " " + p.abstract[:60], "gold_in_corpus": [p.arxiv_id],
+         "difficulty": "easy"} for i, p in enumerate(papers[:10])])
+    cfg = DemoConfig(queries=str(qfile), per_query=1, limit=3)
+    demos = make_demos(cfg, index=built_index, progress=False)
+    assert len(demos) == 3 and any(d.selected for d in demos)
+    from arxivqa.corpus import select_queries
+
+    assert {d.qid for d in demos} <= {q.qid for q in select_queries(qfile, "train").queries}
+    path = save_demos(tmp_path / "demos.jsonl", demos, cfg)
+    assert [d.model_dump() for d in load_demos(path)] == [d.model_dump() for d in demos]
+    with pytest.raises(ValueError, match="training split"):
+        make_demos(DemoConfig(queries=str(qfile), split="dev"), index=built_index)
+
+
+def test_sft_trains_on_assistant_tokens_and_saves_a_loadable_model(built_index, papers, tmp_path, tiny_qwen):
+    """One short LoRA SFT run (a tiny Qwen2 with the packaged tokenizer) on two demonstrations: the loss is
+    computed on the assistant turns only (TRL's training template), the LoRA weights move, and the merged
+    model loads and generates."""
+    q = Query(qid="c", query="graph neural networks for molecules",
+              gold_in_corpus=[by_title(papers, "Graph neural networks").arxiv_id])
+    rng = random.Random(1)
+    demos = [select(teacher_episode(q, _env(built_index), rng, COMPACT_SYSTEM_PROMPT)) for _ in range(2)]
+    demos = [d.model_copy(update={"selected": True}) for d in demos]
+    info = train_sft(demos, tmp_path / "sft-model",
+                     SFTSettings(model=tiny_qwen, epochs=1, batch_size=1, lora_r=2, max_length=2400, threads=2,
+                                 dtype="float32"))
+    assert info["steps"] == 2 and info["first_loss"] is not None and info["last_loss"] is not None
+    assert info["assistant_tokens"] > 0 and info["assistant_tokens"] < info["tokens"]  # loss on the agent's turns only
+    assert info["lora_norm"] > 0  # the adapter left its zero initialisation
+    from arxivqa.agent import LocalHFPolicy, tool_schemas
+
+    policy = LocalHFPolicy(str(tmp_path / "sft-model"))
+    turn = policy.chat(demos[0].messages[:2], tool_schemas(), 8)
+    assert 0 < turn.completion_tokens <= 8
+
+
+def test_only_selected_demonstrations_are_trained_on():
+    from arxivqa.records import Trajectory
+
+    d = Demo(qid="x", source="teacher", shape="1", messages=[], trajectory=Trajectory(qid="x", query="q", policy="t"))
+    with pytest.raises(ValueError, match="no selected"):
+        train_sft([select(d)], "/nonexistent/never-written")
