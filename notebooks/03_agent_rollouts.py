@@ -11,18 +11,19 @@ def _():
     import marimo as mo
 
     from arxivqa import config
-    from arxivqa.agent import Agent, Budgets, make_policy, save_trajectories
+    from arxivqa.agent import Agent, make_policy
     from arxivqa.config import settings
     from arxivqa.corpus import select_queries
     from arxivqa.evaluate import evaluate_trajectories
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
     from arxivqa.plots import agent_vs_baselines, save, save_table
+    from arxivqa.records import Budgets, save_trajectories, trajectory_markdown
     from arxivqa.tools import ArxivEnv
 
     return (Agent, ArxivEnv, Budgets, agent_vs_baselines, atomic_write_json, build_for_scale, config,
             evaluate_trajectories, make_policy, mo, save, save_table, save_trajectories, select_queries, settings,
-            time)
+            time, trajectory_markdown)
 
 
 @app.cell
@@ -31,13 +32,12 @@ def _(mo):
     # 03 · The agent: rollouts and evaluation
 
     A ReAct agent searches with the four tools over several turns (parallel calls within a turn) and
-    submits at most 10 papers with `finish`. The policy is a setting: the packaged
-    Qwen2.5-Coder-0.5B-Instruct in-process (`local`, default, CPU), or any OpenAI-compatible endpoint
-    (`openai:<model>@<base_url>`). Below: a few dev-split episodes, a trajectory viewer, and the
-    evaluation against the one-shot baselines of notebook 01.
-
-    Settings: `ARXIVQA_POLICY` (default `local`), `ARXIVQA_DEMO_EPISODES` (default 3).
-    A 0.5B model on 2 CPU cores writes a few tokens a second: expect minutes per episode.
+    submits at most 10 papers with `finish`. The policy is a setting (`ARXIVQA_POLICY`): the packaged
+    Qwen2.5-Coder-0.5B-Instruct in-process (`local`, the default, CPU), any endpoint of
+    `configs/endpoints.toml`, `openai:<model>@<base_url>`, or a trained run (`run:<run folder>`).
+    Below: a few dev-split episodes (`ARXIVQA_DEMO_EPISODES`), a trajectory viewer, and the evaluation
+    against the one-shot baselines of notebook 01. A 0.5B model on 2 CPU cores writes a few tokens a
+    second: expect minutes per episode.
     """)
     return
 
@@ -51,6 +51,14 @@ def _(Budgets, build_for_scale, config, select_queries, settings):
     dev_queries = select_queries(split="dev", limit=n_episodes).queries
     scale_name = config.scale()
     return budgets, dev_queries, index, policy_spec, scale_name
+
+
+@app.cell
+def _(budgets, dev_queries, mo, policy_spec, scale_name):
+    mo.md(f"This run: policy `{policy_spec}`, {len(dev_queries)} dev episodes on the `{scale_name}` index, budgets "
+          f"{budgets.max_turns} turns · {budgets.max_tool_calls} tool calls · {budgets.max_tokens} tokens · "
+          f"{budgets.max_new_tokens} new tokens a turn.")
+    return
 
 
 @app.cell
@@ -69,32 +77,28 @@ def _(Agent, ArxivEnv, budgets, config, dev_queries, index, make_policy, mo, pol
 def _(mo, trajectories):
     _options = {f"{t.qid}: {t.query[:70]}": i for i, t in enumerate(trajectories)}
     pick = mo.ui.dropdown(options=_options, value=next(iter(_options), None), label="trajectory")
-    pick
+    mo.hstack([pick], justify="start")
     return (pick,)
 
 
 @app.cell
-def _(index, mo, pick, trajectories):
-    def _view(t):
-        gold = set(t.gold_in_corpus)
-        seen = t.seen_ids()
-        papers = index.docs.get_many(sorted(gold | set(t.submitted or [])))
-        parts = [mo.md(f"**Query:** {t.query}  \n**Stop:** `{t.stop_reason}` · {len(t.steps)} turns · "
-                       f"{len(t.tool_results)} tool calls · {t.completion_tokens} tokens written · {t.seconds:.0f} s")]
-        for s in t.steps:
-            calls = "\n".join(f"- `{r.name}({r.arguments})`" + (" — **error**" if r.error else f" → {len(r.result_ids)} papers")
-                              for r in s.results) or "- (no tool call)"
-            body = mo.vstack([mo.md("**Reasoning / raw output:**"), mo.plain_text(s.assistant.raw[:1500]), mo.md(calls),
-                              mo.accordion({f"tool results ({len(s.results)})": mo.plain_text("\n\n".join(r.result[:1500] for r in s.results))})])
-            parts.append(mo.accordion({f"turn {s.turn}": body}))
-        rows = [{"arxiv_id": pid, "title": papers[pid].title if pid in papers else "?", "gold": pid in gold,
-                 "seen in a tool result": pid in seen, "submitted": pid in (t.submitted or [])}
-                for pid in sorted(gold | set(t.submitted or []))]
-        parts.append(mo.md("**Found vs. gold**"))
-        parts.append(mo.ui.table(rows, selection=None))
-        return mo.vstack(parts)
-
-    _view(trajectories[pick.value]) if trajectories and pick.value is not None else mo.md("_No trajectory._")
+def _(index, mo, pick, trajectories, trajectory_markdown):
+    if trajectories and pick.value is not None:
+        _t = trajectories[pick.value]
+        _gold, _seen, _submitted = set(_t.gold_in_corpus), _t.seen_ids(), list(_t.submitted or [])
+        _ids = sorted(_gold | set(_submitted))
+        _papers = index.docs.get_many(_ids)
+        _rows = [{"arxiv_id": pid, "title": _papers[pid].title if pid in _papers else "?", "gold": pid in _gold,
+                  "seen in a tool result": pid in _seen, "submitted": pid in _submitted} for pid in _ids]
+        _out = mo.vstack([
+            mo.md(trajectory_markdown(_t)),
+            mo.md(f"{_t.completion_tokens} tokens written · {_t.seconds:.0f} s"),
+            mo.accordion({f"raw model output, turn {st.turn}": mo.plain_text(st.assistant.raw[:1500]) for st in _t.steps}),
+            mo.md("**Found vs. gold**"), mo.ui.table(_rows, selection=None),
+        ])
+    else:
+        _out = mo.md("_No trajectory._")
+    _out
     return
 
 

@@ -6,23 +6,27 @@ app = marimo.App(width="medium")
 
 @app.cell
 def _():
-    import json
-    import os
-    import time
+    import typing
+    from pathlib import Path
 
     import marimo as mo
     import pandas as pd
 
     from arxivqa import config
-    from arxivqa.diagnostics import early_late, load_run
+    from arxivqa.config import settings
+    from arxivqa.diagnostics import DiagnosticsConfig, early_late, load_run, signature_window
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
     from arxivqa.plots import (failure_mode_rates, save, save_table, step_time, tool_calls_per_rollout,
                                training_curves)
-    from arxivqa.train import env_preset, run_folder, train_or_load
+    from arxivqa.records import trajectory_markdown
+    from arxivqa.train import (TrainConfig, configured, find_run, find_runs, read_run, run_options, same_run,
+                               train_or_load)
 
-    return (atomic_write_json, build_for_scale, config, early_late, failure_mode_rates, json, load_run, mo, os, pd,
-            env_preset, run_folder, save, save_table, step_time, time, tool_calls_per_rollout, train_or_load, training_curves)
+    return (DiagnosticsConfig, Path, TrainConfig, atomic_write_json, build_for_scale, config, configured, early_late,
+            failure_mode_rates, find_run, find_runs, load_run, mo, pd, read_run, run_options, same_run, save,
+            save_table, settings, signature_window, step_time, tool_calls_per_rollout, train_or_load, training_curves,
+            trajectory_markdown, typing)
 
 
 @app.cell
@@ -40,72 +44,104 @@ def _(mo):
     `semantic_search` + `finish`, with four failure modes — no systematic exploration, reasoning from
     latent knowledge, no reasoning before the 2nd/3rd tool calls, queries that rephrase the user query.
 
-    **What runs here** is the `cpu-demo` preset: the same algorithm on 2 CPU cores — the packaged
-    Qwen2.5-Coder-0.5B-Instruct (bf16 where the CPU supports it), 1 prompt × 2 rollouts per step, LoRA r 8,
-    256 completion tokens including tool output, 2 tool rounds, 20 steps.
-    Twenty steps cannot reach step 100; read the curves as the start of the dynamics, not its end.
-    Settings: `ARXIVQA_TRAIN_STEPS` (20), `ARXIVQA_CURRICULUM` (`uniform` or `easy-to-hard`),
-    `ARXIVQA_COMPARE_CURRICULUM=1` also trains the other schedule and compares. A finished run is read
-    back, not retrained (delete its folder under `data/runs/` to retrain); a partial one resumes.
+    **What runs here** is the training preset of the settings (`ARXIVQA_PRESET`: `cpu-demo` on 2 CPU
+    cores — the same algorithm with a small model, few rollouts and a short completion budget — or
+    `paper` on a GPU); what exactly the run is (model, steps, rollouts, tokens, tool rounds) is read from
+    the run below. Settings: `ARXIVQA_TRAIN_STEPS`, `ARXIVQA_CURRICULUM` (the default of the dropdown
+    below), `ARXIVQA_COMPARE_CURRICULUM=1` also trains the other schedule and compares. A finished run
+    with the same configuration is found by the run registry and read back, not retrained; a partial
+    one resumes. The files under `results/` are written from the run and thresholds selected here
+    (headless: the run of the settings, the default thresholds).
     """)
     return
 
 
 @app.cell
-def _(build_for_scale, config, env_preset, os, run_folder):
+def _(build_for_scale, settings):
+    s = settings()
     index, _ = build_for_scale()
-    steps = env_preset("rlvr", "ARXIVQA_TRAIN_STEPS", 20).max_steps
-    curriculum = os.environ.get("ARXIVQA_CURRICULUM", "uniform")
-    compare = os.environ.get("ARXIVQA_COMPARE_CURRICULUM", "0") == "1"
 
-    def run_config(schedule):
-        return env_preset("rlvr", "ARXIVQA_TRAIN_STEPS", 20, curriculum=schedule)
+    def plural(n, word):
+        return f"{n} {word}{'' if n == 1 else 's'}"
 
-    def run_dir(cfg):
-        return run_folder(cfg)
-
-    cfg = run_config(curriculum)
-    out_dir = run_dir(cfg)
-    return cfg, compare, curriculum, index, out_dir, run_config, run_dir, steps
+    return index, plural, s
 
 
 @app.cell
-def _(cfg, index, mo, out_dir, train_or_load):
-    def ensure_run(c):
-        """Train unless the run folder holds a finished run; resume a partial one. Returns wall seconds spent."""
-        return train_or_load(c, index)["seconds"]
-
-    with mo.status.spinner(title=f"GRPO ({cfg.preset}, {cfg.max_steps} steps) → {out_dir.name}"):
-        train_seconds = ensure_run(cfg)
-    return ensure_run, train_seconds
+def _(TrainConfig, mo, s, typing):
+    curricula = list(typing.get_args(TrainConfig.model_fields["curriculum"].annotation))
+    curriculum = mo.ui.dropdown(options=curricula, value=s.curriculum,
+                                label="curriculum of the RLVR run to train or read back")
+    mo.hstack([curriculum], justify="start")
+    return curricula, curriculum
 
 
 @app.cell
-def _(atomic_write_json, cfg, config, load_run, out_dir, save_table, train_seconds):
-    run = load_run(out_dir)
+def _(configured, curriculum, index, mo, s, train_or_load):
+    cfg = configured("rlvr", s, curriculum=curriculum.value)
+    with mo.status.spinner(title=f"GRPO ({cfg.preset}, {cfg.curriculum}, {cfg.max_steps} steps): train or read back"):
+        trained = train_or_load(cfg, index)
+    mo.md(f"RLVR run `{trained['run']}` ({cfg.curriculum}): "
+          + (f"trained now in {trained['seconds']:.0f} s." if trained["trained_now"]
+             else "read back (the registry holds a finished run with exactly this configuration)."))
+    return cfg, trained
+
+
+@app.cell
+def _(find_runs, mo, run_options, same_run, trained):
+    _options = run_options(find_runs(reward="rlvr", finished=True))
+    _default = next((k for k, r in _options.items() if same_run(r, trained["path"])), next(iter(_options), None))
+    run_pick = mo.ui.dropdown(options=_options, value=_default, label="RLVR run to read (finished runs of the registry)")
+    mo.hstack([run_pick], justify="start")
+    return (run_pick,)
+
+
+@app.cell
+def _(Path, atomic_write_json, config, load_run, mo, plural, run_pick, save_table, trained):
+    info = run_pick.value
+    run_cfg = info.config
+    run = load_run(info.path)
     save_table(run["log"], "04_trl_log")
-    save_table(run["summary"], "04_step_summary")
     _t = run["timing"]
-    _parts = [c for c in ["total", "generation", "generation_model", "tools", "reward", "ref_logprobs", "loss_forward",
-                          "backward_optimizer", "update"] if c in _t]
+    _parts = [p for p in ["total", "generation", "generation_model", "tools", "reward", "ref_logprobs", "loss_forward",
+                          "backward_optimizer", "update"] if p in _t]
     step_seconds = _t[_parts].describe().loc[["mean", "50%", "max"]].reset_index(names="stat") if len(_t) else _t
     save_table(step_seconds, "04_step_time")
+    _this_session = info.path.resolve() == Path(trained["path"]).resolve()
     atomic_write_json(config.results_dir() / "04_run.json",
-                      {"run": out_dir.name, "config": run["config"], "steps_logged": int(run["log"]["step"].max()),
-                       "rollouts": len(run["rollouts"]), "train_seconds_this_session": train_seconds,
+                      {"run": info.name, "label": info.label(), "config": run["config"],
+                       "steps_logged": info.steps_done, "rollouts": len(run["rollouts"]),
+                       "train_seconds_this_session": trained["seconds"] if _this_session else 0.0,
                        "total_step_seconds": float(_t["total"].sum()) if len(_t) else None})
-    return run, step_seconds
+    rollouts_per_step = run_cfg.prompts_per_step * run_cfg.num_generations
+    _steps_note = (f" {plural(info.steps_done, 'step')} cannot reach the seed's step 100: read the curves as the start of the "
+                   "dynamics, not its end." if info.steps_done < 100 else "")
+    mo.md(f"""
+    ## The run
+    `{info.name}`: **{run_cfg.model}**, preset `{run_cfg.preset}`, **{plural(info.steps_done, 'step')}** logged (of {run_cfg.max_steps} configured),
+    {run_cfg.prompts_per_step} prompt(s) × {run_cfg.num_generations} rollouts = **{rollouts_per_step} rollouts per step**
+    ({len(run['rollouts'])} in all), LoRA r {run_cfg.lora_r}, learning rate {run_cfg.learning_rate:g},
+    **{run_cfg.max_completion_length} completion tokens** per rollout (tool output included),
+    **{run_cfg.max_tool_calling_iterations} tool rounds**, curriculum `{run_cfg.curriculum}`, seed {run_cfg.seed}.{_steps_note}
+    """)
+    return info, rollouts_per_step, run, run_cfg, step_seconds
 
 
 @app.cell
-def _(cfg, mo, run, save, step_seconds, step_time, tool_calls_per_rollout, training_curves):
-    _title = f"RLVR, {cfg.preset}: {cfg.model}, {cfg.num_generations} rollouts/step, seed {cfg.seed}"
-    fig_curves = training_curves(run["log"], title=_title,
+def _(info, s):
+    run_title = f"{info.label()} · {s.scale} index"
+    return (run_title,)
+
+
+@app.cell
+def _(mo, run, run_cfg, run_title, save, step_seconds, step_time, tool_calls_per_rollout, training_curves):
+    fig_curves = training_curves(run["log"], title=f"RLVR ({run_cfg.curriculum}): {run_title}",
                                  keys=("reward", "rlvr/search_recall", "entropy", "kl", "tools/call_frequency"))
     save(fig_curves, "04_training_curves.png")
-    fig_tools = tool_calls_per_rollout(run["rollouts"], title="Tool calls per rollout (each dot a rollout)")
+    fig_tools = tool_calls_per_rollout(run["rollouts"], title=f"Tool calls per rollout (each dot a rollout)\n{run_title}")
     save(fig_tools, "04_tool_calls_per_rollout.png")
-    fig_time = step_time(run["timing"], title=f"Where a step's {step_seconds.loc[0, 'total']:.0f} s go (mean)")
+    _mean = f"{step_seconds.loc[0, 'total']:.0f} s" if "total" in step_seconds else "time"
+    fig_time = step_time(run["timing"], title=f"Where a step's {_mean} go (mean)\n{run_title}")
     save(fig_time, "04_step_time.png")
     mo.vstack([mo.md("## Training curves (TRL's logs)"), fig_curves, mo.md("## Tool calls per rollout"), fig_tools,
                mo.md("## Step time"), mo.ui.table(step_seconds, selection=None), fig_time])
@@ -113,25 +149,59 @@ def _(cfg, mo, run, save, step_seconds, step_time, tool_calls_per_rollout, train
 
 
 @app.cell
-def _(early_late, failure_mode_rates, mo, run, save, save_table):
-    fig_fm = failure_mode_rates(run["summary"], title="Failure modes and the 1 keyword + 1 semantic share")
-    save(fig_fm, "04_failure_modes.png")
-    signature = early_late(run["summary"], run["log"])
+def _(DiagnosticsConfig, mo):
+    # slider ranges of the detector thresholds; a field added to DiagnosticsConfig later gets a generic range
+    _ranges = {"min_search_turns": (0, 6, 1), "refine_max_jaccard": (0.0, 1.0, 0.05), "min_refined_queries": (0, 5, 1),
+               "latent_min_reasoning_tokens": (0, 200, 5), "latent_min_terms": (0, 10, 1),
+               "latent_threshold": (0.0, 1.0, 0.05), "silent_max_words": (0, 20, 1),
+               "rephrase_threshold": (0.0, 1.0, 0.05), "rephrase_min_share": (0.0, 1.0, 0.05)}
+    _defaults = DiagnosticsConfig()
+
+    def _slider(name):
+        value = getattr(_defaults, name)
+        start, stop, step = _ranges.get(name, (0.0, 1.0, 0.05) if isinstance(value, float) else (0, max(10, 4 * value), 1))
+        return mo.ui.slider(start, stop, step, value=value, show_value=True, label=name)
+
+    thresholds = mo.ui.dictionary({name: _slider(name) for name in DiagnosticsConfig.model_fields},
+                                  label="failure-mode detector thresholds (`arxivqa.diagnostics.DiagnosticsConfig`)")
+    mo.vstack([mo.md("## The collapse signature\nThe four failure-mode detectors have thresholds of our choosing "
+                     "(the seed gives none); move them and the plot and tables below are recomputed."), thresholds])
+    return (thresholds,)
+
+
+@app.cell
+def _(DiagnosticsConfig, early_late, info, load_run, pd, save_table, signature_window, thresholds):
+    diag_cfg = DiagnosticsConfig(**thresholds.value)
+    diag = load_run(info.path, diag_cfg)
+    save_table(diag["summary"], "04_step_summary")
+    save_table(pd.DataFrame([{"threshold": k, "value": v, "default": getattr(DiagnosticsConfig(), k)}
+                             for k, v in diag_cfg.model_dump().items()]), "04_thresholds")
+    n_steps = int(diag["summary"]["step"].nunique()) if len(diag["summary"]) else 0
+    window = signature_window(n_steps)  # first and last never overlap (unless the run has a single step)
+    signature = early_late(diag["summary"], diag["log"], window=window)
     save_table(signature, "04_signature")
-    mo.vstack([mo.md(r"""
-    ## The collapse signature: seed vs. this run
+    return diag, n_steps, signature, window
+
+
+@app.cell
+def _(diag, failure_mode_rates, mo, n_steps, plural, rollouts_per_step, run_title, save, signature, window):
+    fig_fm = failure_mode_rates(diag["summary"], title=f"Failure modes and the 1 keyword + 1 semantic share\n{run_title}")
+    save(fig_fm, "04_failure_modes.png")
+    _overlap = (" This run has a single step, so first and last are the same step and the table cannot show a change."
+                if n_steps < 2 else "")
+    mo.vstack([mo.md(f"""
     The seed expects, as training goes on: reward up then flat, entropy down, fewer and less diverse tool
     calls converging on 1 keyword + 1 semantic + finish, and more of the four failure modes. The table puts
-    the first and last five steps of this run side by side; with 20 CPU steps of a 0.5B model, a change of
-    a few rollouts is noise-sized (2 rollouts a step).
+    the first {plural(window, 'step')} and the last {plural(window, 'step')} of this run's {n_steps} side by side;
+    with {plural(rollouts_per_step, 'rollout')} a step, a change of a few rollouts is noise-sized.{_overlap}
     """), mo.ui.table(signature, selection=None), fig_fm])
     return
 
 
 @app.cell
-def _(mo, pd, run, save_table):
+def _(mo, pd, run, run_cfg, save_table):
     _r = run["rollouts"]
-    _gates = {c.removeprefix("reward/gate/"): float(_r[c].mean()) for c in _r.columns if c.startswith("reward/gate/")}
+    _gates = {g.removeprefix("reward/gate/"): float(_r[g].mean()) for g in _r.columns if g.startswith("reward/gate/")}
     gate_table = pd.DataFrame([{"gate": g, "pass rate": v} for g, v in _gates.items()] +
                               [{"gate": "all gates", "pass rate": float(_r["reward/gates_passed"].mean())}])
     save_table(gate_table, "04_gates")
@@ -139,8 +209,8 @@ def _(mo, pd, run, save_table):
     _nonzero = float((_r["reward/total"] != 0).mean())
     mo.vstack([mo.md(f"""
     ## How much signal the reward gave
-    {_nonzero:.0%} of rollouts got a non-zero reward; in {_zero:.0%} of the steps both rollouts of the group
-    had the same reward, so GRPO's advantage — and the policy gradient — was zero. The gates decide this:
+    {_nonzero:.0%} of rollouts got a non-zero reward; in {_zero:.0%} of the steps all {run_cfg.num_generations} rollouts
+    of a group had the same reward, so GRPO's advantage — and the policy gradient — was zero. The gates decide this:
     a rollout that never calls `finish` (submission gate) scores 0 whatever its searches found
     (mean search recall of all rollouts: {_r['reward/search_recall'].mean():.3f}).
     """), mo.ui.table(gate_table, selection=None)])
@@ -148,58 +218,87 @@ def _(mo, pd, run, save_table):
 
 
 @app.cell
-def _(mo, run):
-    def _render(step, traj, reward):
-        lines = [f"step {step} · reward {reward:.3f} · {len(traj.tool_results)} tool calls · stop `{traj.stop_reason}`",
-                 f"query: {traj.query}"]
-        for s in traj.steps:
-            if s.assistant.text.strip():
-                lines.append(f"  [turn {s.turn}] thinks: {s.assistant.text.strip()[:300]}")
-            for r in s.results:
-                lines.append(f"  [turn {s.turn}] {r.name}({r.arguments}) -> " + ("ERROR " + r.result[:120] if r.error
-                             else f"{len(r.result_ids)} papers, {len(set(r.result_ids) & set(traj.gold_in_corpus))} gold"))
-        lines.append(f"  submitted: {traj.submitted}")
-        return "\n".join(lines)
-
+def _(mo, run, trajectory_markdown):
     _rows = run["rollouts"]
     _steps = sorted(_rows["step"].unique()) if len(_rows) else []
     _examples = []
-    for _s in (_steps[:1] + _steps[-1:]) if _steps else []:
-        _idx = _rows.index[_rows["step"] == _s]
-        _best = max(_idx, key=lambda i: _rows.loc[i, "reward/total"])
+    for _s in dict.fromkeys(_steps[:1] + _steps[-1:]):
+        _best = max(_rows.index[_rows["step"] == _s], key=lambda i: _rows.loc[i, "reward/total"])
         _step, _traj = run["trajectories"][_best]
-        _examples.append(_render(_step, _traj, _rows.loc[_best, "reward/total"]))
-    mo.vstack([mo.md("## Example rollouts: best of the first step vs. best of the last step"),
-               *[mo.plain_text(e) for e in _examples]])
+        _examples.append(mo.md(f"**Step {_step}** (best reward of the step)\n\n"
+                               + trajectory_markdown(_traj, reward=float(_rows.loc[_best, "reward/total"]))))
+    mo.vstack([mo.md("## Example rollouts: best of the first step vs. best of the last step"), *_examples])
     return
 
 
 @app.cell
-def _(compare, curriculum, ensure_run, load_run, mo, pd, run, run_config, run_dir, save, save_table):
+def _(mo, run):
+    _steps = sorted(int(x) for x in run["rollouts"]["step"].unique()) if len(run["rollouts"]) else []
+    step_pick = mo.ui.slider(steps=_steps, value=_steps[-1], show_value=True, label="step") if _steps else None
+    (mo.vstack([mo.md("## Any rollout: pick a step, then a rollout"), step_pick]) if step_pick is not None
+     else mo.md("_This run logged no rollouts._"))
+    return (step_pick,)
+
+
+@app.cell
+def _(mo, run, step_pick):
+    _rows = run["rollouts"]
+    _idx = list(_rows.index[_rows["step"] == step_pick.value]) if step_pick is not None else []
+    _options = {f"rollout {n + 1} · reward {_rows.loc[i, 'reward/total']:.3f} · {int(_rows.loc[i, 'tool_calls'])} tool calls":
+                int(i) for n, i in enumerate(_idx)}
+    _best = max(_options, key=lambda k: _rows.loc[_options[k], "reward/total"]) if _options else None
+    rollout_pick = mo.ui.dropdown(options=_options, value=_best, label="rollout (default: the step's best reward)")
+    mo.hstack([rollout_pick], justify="start")
+    return (rollout_pick,)
+
+
+@app.cell
+def _(mo, pd, rollout_pick, run, trajectory_markdown):
+    if rollout_pick.value is None:
+        _out = mo.md("_No rollout at this step._")
+    else:
+        _step, _traj = run["trajectories"][rollout_pick.value]
+        _row = run["rollouts"].loc[rollout_pick.value]
+        _components = pd.DataFrame([{"component": k.removeprefix("reward/"), "value": v}
+                                    for k, v in _row.items() if k.startswith("reward/")])
+        _out = mo.vstack([mo.md(f"**Step {_step}**\n\n" + trajectory_markdown(_traj, reward=float(_row["reward/total"]))),
+                          mo.accordion({"reward components": mo.ui.table(_components, selection=None)})])
+    _out
+    return
+
+
+@app.cell
+def _(configured, curricula, curriculum, find_run, index, load_run, mo, pd, plural, read_run, s, save, save_table,
+      train_or_load, trained):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    _other = "easy-to-hard" if curriculum == "uniform" else "uniform"
-    _cfg2 = run_config(_other)
-    _dir2 = run_dir(_cfg2)
-    if compare:
-        with mo.status.spinner(title=f"training the {_other} schedule for comparison"):
-            ensure_run(_cfg2)
-    if (_dir2 / "final").exists():
-        _run2 = load_run(_dir2)
-        _both = pd.concat([run["rollouts"].assign(schedule=curriculum), _run2["rollouts"].assign(schedule=_other)])
+    _other = next(x for x in curricula if x != curriculum.value)
+    _cfg2 = configured("rlvr", s, curriculum=_other)
+    if s.compare_curriculum:
+        with mo.status.spinner(title=f"training the {_other} schedule for comparison (or reading it back)"):
+            train_or_load(_cfg2, index)
+    _info1, _info2 = read_run(trained["path"]), find_run(_cfg2)
+    _run1 = load_run(_info1.path)
+    if _info2 is not None:
+        _run2 = load_run(_info2.path)
+        _both = pd.concat([_run1["rollouts"].assign(schedule=curriculum.value), _run2["rollouts"].assign(schedule=_other)])
         _cmp = (_both.groupby("schedule")[["reward/total", "reward/search_recall", "tool_calls", "distinct_tools",
                                           "single_kw_single_sem"]].mean().reset_index())
         save_table(_cmp, "04_curriculum")
-        _fig, _ax = plt.subplots(figsize=(7, 3))
+        _fig, _ax = plt.subplots(figsize=(7, 3.2))
         sns.lineplot(data=_both, x="step", y="reward/search_recall", hue="schedule", marker="o", ax=_ax)
-        _ax.set(title="Search recall per step: curriculum vs. uniform")
+        _labels = " / ".join(dict.fromkeys([_info1.label(), _info2.label()]))
+        _ax.set(title=f"Search recall per step: {curriculum.value} vs. {_other}\n{_labels} · {s.scale} index")
+        _ax.title.set_fontsize(9)
         save(_fig, "04_curriculum.png")
-        _out = mo.vstack([mo.md("## Curriculum (easy → medium → hard) vs. uniform sampling"),
+        _out = mo.vstack([mo.md(f"## Curriculum: `{curriculum.value}` vs. `{_other}`"),
                           mo.ui.table(_cmp, selection=None), _fig])
     else:
+        _t = _run1["timing"]
+        _took = f" (the `{curriculum.value}` run's steps took {_t['total'].sum() / 60:.1f} min)" if len(_t) else ""
         _out = mo.md(f"_Curriculum comparison: set `ARXIVQA_COMPARE_CURRICULUM=1` to also train the `{_other}` "
-                     "schedule (another ~20 min on 2 cores)._")
+                     f"schedule: another run of {plural(_cfg2.max_steps, 'step')}{_took}._")
     _out
     return
 

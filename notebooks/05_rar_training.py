@@ -6,8 +6,7 @@ app = marimo.App(width="medium")
 
 @app.cell
 def _():
-    import os
-    import time
+    from pathlib import Path
 
     import marimo as mo
     import matplotlib.pyplot as plt
@@ -15,16 +14,19 @@ def _():
     import seaborn as sns
 
     from arxivqa import config
+    from arxivqa.config import settings
     from arxivqa.diagnostics import load_run
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
     from arxivqa.judge import Judge
-    from arxivqa.llm import open_llm
+    from arxivqa.llm import load_endpoints, open_llm
     from arxivqa.plots import save, save_table
-    from arxivqa.train import env_preset, run_folder, train_or_load
+    from arxivqa.records import trajectory_markdown
+    from arxivqa.train import configured, find_run, find_runs, run_options, same_run, train_or_load
 
-    return (Judge, atomic_write_json, build_for_scale, config, load_run, mo, open_llm, os, pd, plt, env_preset, run_folder, save,
-            save_table, sns, time, train_or_load)
+    return (Judge, Path, atomic_write_json, build_for_scale, config, configured, find_run, find_runs, load_endpoints,
+            load_run, mo, open_llm, pd, plt, run_options, same_run, save, save_table, settings, sns, train_or_load,
+            trajectory_markdown)
 
 
 @app.cell
@@ -39,86 +41,116 @@ def _(mo):
     subtracts a stepped length penalty and keeps RLVR's four gates. A failed judgment gets an explicit,
     counted fallback (the batch mean), never a silent 0 or 1.
 
-    **Runs here**: the `cpu-demo` preset with `reward=rar` and the offline default judge (the packaged
-    Qwen2.5-Coder-0.5B-Instruct behind `transformers serve`; a 0.5B judge is coarse — the seed used
-    frontier and open 8B+ judges). Then RLVR (notebook 04's run) vs. RaR on the same diagnostics, and the
-    query-specific rubric (RaR-Explicit) vs. the global rubric as judges of the same rollouts.
-    Settings: `ARXIVQA_RAR_STEPS` (default 10), `ARXIVQA_JUDGE` (an endpoint name; default `local`).
+    **Runs here**: the training preset of the settings with `reward=rar` and the judge chosen below
+    (default `ARXIVQA_JUDGE`; `local` is the packaged Qwen2.5-Coder-0.5B-Instruct behind
+    `transformers serve`, offline — a 0.5B judge is coarse; the seed used frontier and open 8B+ judges).
+    Then RLVR (notebook 04's run) vs. RaR on the same diagnostics, and the query-specific rubric
+    (RaR-Explicit) vs. the global rubric as judges of the same rollouts. Steps: `ARXIVQA_RAR_STEPS`.
+    Runs are found by the run registry (a finished run with the same configuration is read back).
     GPU: `python -m arxivqa.train --preset paper --reward rar` (Unsloth + vLLM, Qwen3-8B).
     """)
     return
 
 
 @app.cell
-def _(build_for_scale, config, env_preset, os, run_folder):
+def _(build_for_scale, settings):
+    s = settings()
     index, _ = build_for_scale()
-    _judge = os.environ.get("ARXIVQA_JUDGE") or None
-    rar_cfg = env_preset("rar", "ARXIVQA_RAR_STEPS", 10, judge_endpoint=None if _judge == "local" else _judge)
-    rlvr_cfg = env_preset("rlvr", "ARXIVQA_TRAIN_STEPS", 20)
-    judge_name = rar_cfg.judge_endpoint or "local"
-    rar_dir, rlvr_dir = run_folder(rar_cfg), run_folder(rlvr_cfg)
-    return index, judge_name, rar_cfg, rar_dir, rlvr_dir
+    return index, s
 
 
 @app.cell
-def _(index, mo, rar_cfg, train_or_load):
-    with mo.status.spinner(title=f"RaR GRPO ({rar_cfg.max_steps} steps) with the judge (or read back)"):
-        _info = train_or_load(rar_cfg, index)
-    judge_counts, train_seconds = _info.get("judge", {}), _info["seconds"]
-    return judge_counts, train_seconds
+def _(load_endpoints, mo, s):
+    _names = list(dict.fromkeys([*load_endpoints(), s.judge]))
+    judge = mo.ui.dropdown(options=_names, value=s.judge, label="training judge of the RaR run (an endpoint)")
+    mo.hstack([judge], justify="start")
+    return (judge,)
 
 
 @app.cell
-def _(atomic_write_json, config, judge_counts, load_run, mo, rar_dir, rlvr_dir, save_table, train_seconds):
-    rar = load_run(rar_dir)
-    rlvr = load_run(rlvr_dir) if (rlvr_dir / "final").exists() else None
+def _(configured, index, judge, mo, s, train_or_load):
+    rar_cfg = configured("rar", s, judge_endpoint=None if judge.value == "local" else judge.value)
+    with mo.status.spinner(title=f"RaR GRPO ({rar_cfg.max_steps} steps, judge {judge.value}): train or read back"):
+        rar_trained = train_or_load(rar_cfg, index)
+    mo.md(f"RaR run `{rar_trained['run']}` (judge `{judge.value}`): "
+          + (f"trained now in {rar_trained['seconds']:.0f} s." if rar_trained["trained_now"]
+             else "read back (the registry holds a finished run with exactly this configuration)."))
+    return (rar_trained,)
+
+
+@app.cell
+def _(configured, find_run, find_runs, mo, rar_trained, run_options, s, same_run):
+    _rar = run_options(find_runs(reward="rar", finished=True))
+    rar_pick = mo.ui.dropdown(options=_rar, label="RaR run",
+                              value=next((k for k, r in _rar.items() if same_run(r, rar_trained["path"])),
+                                         next(iter(_rar), None)))
+    _rlvr = run_options(find_runs(reward="rlvr", finished=True))
+    _match = find_run(configured("rlvr", s, curriculum=s.curriculum))  # notebook 04's run with these settings
+    rlvr_pick = mo.ui.dropdown(options=_rlvr, allow_select_none=True,
+                               value=next((k for k, r in _rlvr.items() if same_run(r, _match)), None),
+                               label="RLVR run to compare with (default: notebook 04's run of these settings)")
+    mo.vstack([rar_pick, rlvr_pick])
+    return rar_pick, rlvr_pick
+
+
+@app.cell
+def _(Path, atomic_write_json, config, load_run, mo, rar_pick, rar_trained, rlvr_pick, s, save_table):
+    rar_info, rlvr_info = rar_pick.value, rlvr_pick.value
+    rar = load_run(rar_info.path)
+    rlvr = load_run(rlvr_info.path) if rlvr_info is not None else None
     save_table(rar["log"], "05_rar_trl_log")
     save_table(rar["summary"], "05_rar_step_summary")
     _fallback_rate = float(rar["rollouts"]["reward/judge_fallback"].mean()) if len(rar["rollouts"]) else float("nan")
+    _this_session = rar_info.path.resolve() == Path(rar_trained["path"]).resolve()
     atomic_write_json(config.results_dir() / "05_run.json",
-                      {"run": rar_dir.name, "config": rar["config"], "rollouts": len(rar["rollouts"]),
-                       "judge_fallback_rate": _fallback_rate, "judge_this_session": judge_counts,
-                       "train_seconds_this_session": train_seconds,
+                      {"run": rar_info.name, "label": rar_info.label(), "config": rar["config"],
+                       "rlvr_run": rlvr_info.name if rlvr_info else None, "rollouts": len(rar["rollouts"]),
+                       "judge_fallback_rate": _fallback_rate,
+                       "judge_this_session": rar_trained.get("judge", {}) if _this_session else {},
+                       "train_seconds_this_session": rar_trained["seconds"] if _this_session else 0.0,
                        "total_step_seconds": float(rar["timing"]["total"].sum()) if len(rar["timing"]) else None})
-    mo.md(f"RaR run: {len(rar['rollouts'])} rollouts over {rar['rollouts']['step'].nunique()} steps; judge fallbacks "
-          f"(failed judgments replaced by the batch mean): **{_fallback_rate:.1%}** of rollouts. "
-          + ("" if rlvr is not None else f"_No finished RLVR run in `{rlvr_dir}`: run notebook 04 first for the comparison._"))
-    return rar, rlvr
+    _steps = rar["rollouts"]["step"].nunique() if len(rar["rollouts"]) else 0
+    mo.md(f"RaR run `{rar_info.name}` ({rar_info.label()}, {s.scale} index): {len(rar['rollouts'])} rollouts over "
+          f"{_steps} step{'' if _steps == 1 else 's'}; judge fallbacks (failed judgments replaced by the batch mean): **{_fallback_rate:.1%}** of "
+          "rollouts. " + (f"RLVR run `{rlvr_info.name}` ({rlvr_info.label()})." if rlvr_info is not None else
+                          "_No RLVR run selected: run notebook 04 with the same settings, or pick one above._"))
+    return rar, rar_info, rlvr, rlvr_info
 
 
 @app.cell
-def _(mo, pd, plt, rar, rlvr, save, save_table, sns):
+def _(mo, pd, plt, rar, rar_info, rlvr, rlvr_info, s, save, save_table, sns):
     _measures = [("tool_calls", "tool calls per rollout"), ("distinct_tools", "distinct tools"), ("turns", "turns"),
                  ("search_recall", "search recall"), ("reward/total", "reward")]
-    _frames = [rar["rollouts"].assign(regime="RaR")] + ([rlvr["rollouts"].assign(regime="RLVR")] if rlvr else [])
-    both = pd.concat(_frames, ignore_index=True)
-    _logs = [rar["log"].assign(regime="RaR")] + ([rlvr["log"].assign(regime="RLVR")] if rlvr else [])
-    logs = pd.concat(_logs, ignore_index=True)
+    _both = pd.concat([rar["rollouts"].assign(regime="RaR")] + ([rlvr["rollouts"].assign(regime="RLVR")] if rlvr else []),
+                      ignore_index=True)
+    _logs = pd.concat([rar["log"].assign(regime="RaR")] + ([rlvr["log"].assign(regime="RLVR")] if rlvr else []),
+                      ignore_index=True)
     fig, _axes = plt.subplots(2, 3, figsize=(13, 6.4))
     for _ax, (_col, _name) in zip(_axes.flat, _measures):
-        sns.lineplot(data=both, x="step", y=_col, hue="regime", marker="o", ax=_ax)
+        sns.lineplot(data=_both, x="step", y=_col, hue="regime", marker="o", ax=_ax)
         _ax.set(title=_name, ylabel="")
-    sns.lineplot(data=logs, x="step", y="entropy", hue="regime", marker="o", ax=_axes.flat[5])
+    sns.lineplot(data=_logs, x="step", y="entropy", hue="regime", marker="o", ax=_axes.flat[5])
     _axes.flat[5].set(title="entropy (TRL)", ylabel="")
-    fig.suptitle("RLVR vs. RaR, cpu-demo (Qwen2.5-Coder-0.5B, LoRA r 8, 2 rollouts/step, seed 0)")
+    fig.suptitle(f"RLVR vs. RaR · {s.scale} index\nRaR: {rar_info.label()}"
+                 + (f"\nRLVR: {rlvr_info.label()}" if rlvr_info is not None else " (no RLVR run selected)"))
     fig.tight_layout()
     save(fig, "05_rlvr_vs_rar.png")
     _cols = ["tool_calls", "distinct_tools", "turns", "search_turns", "search_recall", "single_kw_single_sem",
              "submitted", "fm_no_exploration", "fm_rephrasing", "fm_latent_knowledge", "fm_no_reasoning_between_calls"]
-    table = both.groupby("regime")[_cols].mean().reset_index()
-    _ent = logs.groupby("regime")["entropy"].mean().rename("entropy").reset_index()
+    table = _both.groupby("regime")[_cols].mean().reset_index()
+    _ent = _logs.groupby("regime")["entropy"].mean().rename("entropy").reset_index()
     table = table.merge(_ent, on="regime")
     save_table(table, "05_rlvr_vs_rar")
     mo.vstack([mo.md("## RLVR vs. RaR on the same diagnostics (means over all steps)"),
                mo.ui.table(table, selection=None), fig])
-    return (both,)
+    return
 
 
 @app.cell
 def _(mo, rar, save_table):
-    _crit = [c for c in ("reward/search_diversity", "reward/thoroughness", "reward/thoughtfulness",
+    _crit = [k for k in ("reward/search_diversity", "reward/thoroughness", "reward/thoughtfulness",
                          "reward/document_relevance", "reward/holistic", "reward/judge_score", "reward/length_penalty")
-             if c in rar["rollouts"]]
+             if k in rar["rollouts"]]
     judge_by_step = rar["rollouts"].groupby("step")[_crit].mean().reset_index()
     save_table(judge_by_step, "05_judge_scores_by_step")
     mo.vstack([mo.md("## What the judge said, per step (means)"), mo.ui.table(judge_by_step, selection=None)])
@@ -126,16 +158,18 @@ def _(mo, rar, save_table):
 
 
 @app.cell
-def _(Judge, judge_name, mo, open_llm, pd, rar, rlvr, save_table):
-    # The same rollouts judged with the global rubric and with query-specific rubrics (RaR-Explicit).
+def _(Judge, mo, open_llm, pd, rar, rar_info, rlvr, save_table):
+    # The same rollouts judged with the global rubric and with query-specific rubrics (RaR-Explicit), by the
+    # RaR run's own training judge.
     def _last(run, regime):
         last = max(x for x, _ in run["trajectories"])
         return [(regime, t) for x, t in run["trajectories"] if x == last]
 
+    _judge_name = rar_info.config.judge_endpoint or "local"
     _pool = (_last(rar, "RaR") + (_last(rlvr, "RLVR") if rlvr is not None else []))[:8]
     _trajs = [t for _, t in _pool]
-    with mo.status.spinner(title="judging the last step's rollouts with both rubrics"):
-        with open_llm(None if judge_name == "local" else judge_name) as _llm:
+    with mo.status.spinner(title=f"judging the last step's rollouts with both rubrics ({_judge_name})"):
+        with open_llm(_judge_name) as _llm:
             _glob = Judge(_llm, rubric="global").score_batch(_trajs)
             _expl_judge = Judge(_llm, rubric="query")
             _expl = _expl_judge.score_batch(_trajs)
@@ -148,33 +182,72 @@ def _(Judge, judge_name, mo, open_llm, pd, rar, rlvr, save_table):
     _corr = rubric_cmp[["global", "query_specific"]].corr().iloc[0, 1] if len(rubric_cmp) > 2 else float("nan")
     _example = next((rb for rb in _rubrics.values() if rb is not None), None)
     mo.vstack([
-        mo.md(f"## Global vs. query-specific rubric on {len(rubric_cmp)} rollouts\nPearson r = {_corr:.2f}. "
+        mo.md(f"## Global vs. query-specific rubric on {len(rubric_cmp)} rollouts (judge `{_judge_name}`)\n"
+              f"Pearson r = {_corr:.2f}. "
               "Query-specific rubrics are written once per query by the LLM (cached) and scored as Σ w·c / Σ w."),
         mo.ui.table(rubric_cmp, selection=None),
-        mo.md("An LLM-written rubric:\n\n" + ("\n".join(f"- [{c.weight}] {c.text}" for c in _example.criteria)
+        mo.md("An LLM-written rubric:\n\n" + ("\n".join(f"- [{cr.weight}] {cr.text}" for cr in _example.criteria)
                                              if _example else "_none could be written_")),
     ])
     return
 
 
 @app.cell
-def _(mo, rar, rlvr):
+def _(mo, rar, rlvr, trajectory_markdown):
     def _best_last(run):
-        last = max(s for s, _ in run["trajectories"])
+        last = max(x for x, _ in run["trajectories"])
         rows = run["rollouts"]
-        idx = rows.index[rows["step"] == last]
-        i = max(idx, key=lambda k: rows.loc[k, "reward/total"])
-        t = run["trajectories"][i][1]
-        lines = [f"step {last}, reward {rows.loc[i, 'reward/total']:.3f}: {t.query}"]
-        for s in t.steps:
-            if s.assistant.text.strip():
-                lines.append(f"  [turn {s.turn}] {s.assistant.text.strip()[:240]}")
-            lines += [f"  [turn {s.turn}] {r.name}({r.arguments})" for r in s.results]
-        return "\n".join(lines)
+        i = max(rows.index[rows["step"] == last], key=lambda k: rows.loc[k, "reward/total"])
+        return mo.md(f"step {last}\n\n" + trajectory_markdown(run["trajectories"][i][1],
+                                                              reward=float(rows.loc[i, "reward/total"])))
 
-    mo.vstack([mo.md("## Example rollouts at the last step (best reward)"), mo.md("**RaR**"),
-               mo.plain_text(_best_last(rar))] +
-              ([mo.md("**RLVR**"), mo.plain_text(_best_last(rlvr))] if rlvr is not None else []))
+    mo.vstack([mo.md("## Example rollouts at the last step (best reward)"), mo.md("### RaR"), _best_last(rar)]
+              + ([mo.md("### RLVR"), _best_last(rlvr)] if rlvr is not None else []))
+    return
+
+
+@app.cell
+def _(mo, rlvr):
+    view_regime = mo.ui.radio(options=["RaR"] + (["RLVR"] if rlvr is not None else []), value="RaR", inline=True,
+                              label="run")
+    mo.vstack([mo.md("## Any rollout: pick a run, a step, then a rollout"), view_regime])
+    return (view_regime,)
+
+
+@app.cell
+def _(mo, rar, rlvr, view_regime):
+    view_run = rar if view_regime.value == "RaR" else rlvr
+    _steps = sorted(int(x) for x in view_run["rollouts"]["step"].unique()) if len(view_run["rollouts"]) else []
+    view_step = mo.ui.slider(steps=_steps, value=_steps[-1], show_value=True, label="step") if _steps else None
+    mo.hstack([view_step], justify="start") if view_step is not None else mo.md("_This run logged no rollouts._")
+    return view_run, view_step
+
+
+@app.cell
+def _(mo, view_run, view_step):
+    _rows = view_run["rollouts"]
+    _idx = list(_rows.index[_rows["step"] == view_step.value]) if view_step is not None else []
+    _options = {f"rollout {n + 1} · reward {_rows.loc[i, 'reward/total']:.3f} · {int(_rows.loc[i, 'tool_calls'])} tool calls":
+                int(i) for n, i in enumerate(_idx)}
+    _best = max(_options, key=lambda k: _rows.loc[_options[k], "reward/total"]) if _options else None
+    view_rollout = mo.ui.dropdown(options=_options, value=_best, label="rollout (default: the step's best reward)")
+    mo.hstack([view_rollout], justify="start")
+    return (view_rollout,)
+
+
+@app.cell
+def _(mo, pd, trajectory_markdown, view_rollout, view_run):
+    if view_rollout.value is None:
+        _out = mo.md("_No rollout at this step._")
+    else:
+        _step, _traj = view_run["trajectories"][view_rollout.value]
+        _row = view_run["rollouts"].loc[view_rollout.value]
+        _components = pd.DataFrame([{"component": k.removeprefix("reward/"), "value": v}
+                                    for k, v in _row.items() if k.startswith("reward/")])
+        _out = mo.vstack([mo.md(f"**Step {_step}**\n\n" + trajectory_markdown(_traj, reward=float(_row["reward/total"]))),
+                          mo.accordion({"reward components (judge criteria, penalty, gates)":
+                                        mo.ui.table(_components, selection=None)})])
+    _out
     return
 
 

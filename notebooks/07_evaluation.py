@@ -6,25 +6,24 @@ app = marimo.App(width="medium")
 
 @app.cell
 def _():
-    import os
-
     import marimo as mo
     import pandas as pd
 
     from arxivqa import ablations, config, plots
+    from arxivqa.config import secret, settings
     from arxivqa.evaluate import (baseline_rows, bootstrap_ci, cached_agent_eval, comparison_table, eval_budgets,
                                   eval_queries, trajectory_cache, trajectory_metrics)
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
     from arxivqa.judge import Judge
-    from arxivqa.llm import get_endpoint, open_llm
-    from arxivqa.models import DEFAULT_MODEL
+    from arxivqa.llm import get_endpoint, load_endpoints, open_llm
     from arxivqa.plots import save, save_table
-    from arxivqa.train import env_preset, run_folder, train_or_load
+    from arxivqa.train import configured, find_run, read_run, train_or_load
 
-    return (DEFAULT_MODEL, Judge, ablations, atomic_write_json, baseline_rows, bootstrap_ci, build_for_scale,
-            cached_agent_eval, comparison_table, config, eval_budgets, eval_queries, get_endpoint, mo, open_llm, os,
-            pd, plots, env_preset, run_folder, save, save_table, train_or_load, trajectory_cache, trajectory_metrics)
+    return (Judge, ablations, atomic_write_json, baseline_rows, bootstrap_ci, build_for_scale, cached_agent_eval,
+            comparison_table, config, configured, eval_budgets, eval_queries, find_run, get_endpoint, load_endpoints,
+            mo, open_llm, pd, plots, read_run, save, save_table, secret, settings, train_or_load, trajectory_cache,
+            trajectory_metrics)
 
 
 @app.cell
@@ -36,73 +35,94 @@ def _(mo):
     policies with the global rubric (notebooks 05/06, one per training judge) and with query-specific
     rubrics (trained here), and — when its key is set — an OpenAI-compatible frontier agent, all on the
     same held-out queries with the same budgets: recall@10, search recall, judge scores, tool calls,
-    turns, tokens, latency, with 95 % bootstrap intervals over queries.
+    turns, tokens, latency, with 95 % bootstrap intervals over queries. Trained policies are found by the
+    run registry (by their configuration), not by folder names.
 
     The query file is a parameter: `ARXIVQA_EVAL_QUERIES_FILE=<any file in the queries_train.jsonl format>`
     with `ARXIVQA_EVAL_SPLIT=all` evaluates a held-out file (the CLI does the same for one policy:
     `python -m arxivqa.evaluate --policy run:<run folder> --queries <file> --split all`). Other settings:
-    `ARXIVQA_EVAL_LIMIT`, `ARXIVQA_EVAL_BUDGETS`, `ARXIVQA_EVAL_JUDGES`, `ARXIVQA_TRAIN_JUDGES`,
-    `ARXIVQA_RAR_STEPS`, `ARXIVQA_TRAIN_STEPS`, `ARXIVQA_FRONTIER` (an endpoint name; default
-    `openai-gpt-4.1-mini`, used only when its key variable is set).
+    `ARXIVQA_EVAL_LIMIT`, `ARXIVQA_EVAL_BUDGETS`, `ARXIVQA_EVAL_JUDGES` and `ARXIVQA_TRAIN_JUDGES` (the
+    defaults of the two lists below), `ARXIVQA_RAR_STEPS`, `ARXIVQA_TRAIN_STEPS`, `ARXIVQA_FRONTIER` (an
+    endpoint name, used only when its key variable is set).
     """)
     return
 
 
 @app.cell
-def _(build_for_scale, eval_budgets, eval_queries, get_endpoint, os, env_preset):
+def _(build_for_scale, eval_budgets, eval_queries, get_endpoint, secret, settings):
+    s = settings()
     index, _ = build_for_scale()
     queries, qtag = eval_queries()
     budgets = eval_budgets()
-    eval_judges = [j.strip() for j in os.environ.get("ARXIVQA_EVAL_JUDGES", "local,local-smollm2").split(",") if j.strip()]
-    train_judges = [j.strip() for j in os.environ.get("ARXIVQA_TRAIN_JUDGES", "local,local-smollm2").split(",") if j.strip()]
-    rlvr_cfg = env_preset("rlvr", "ARXIVQA_TRAIN_STEPS", 20)
-    rar_global = {j: env_preset("rar", "ARXIVQA_RAR_STEPS", 10, judge_endpoint=None if j == "local" else j)
-                  for j in train_judges}
-    rar_query_cfg = env_preset("rar", "ARXIVQA_RAR_STEPS", 10, judge_rubric="query")
-    _frontier = get_endpoint(os.environ.get("ARXIVQA_FRONTIER", "openai-gpt-4.1-mini"))
-    frontier = _frontier if _frontier.api_key_env and os.environ.get(_frontier.api_key_env) else None
-    return budgets, eval_judges, frontier, index, qtag, queries, rar_global, rar_query_cfg, rlvr_cfg
+    _frontier = get_endpoint(s.frontier)
+    frontier = _frontier if _frontier.api_key_env and secret(_frontier.api_key_env) else None
+    return budgets, frontier, index, qtag, queries, s
 
 
 @app.cell
-def _(index, mo, rar_query_cfg, train_or_load):
+def _(load_endpoints, mo, s):
+    _names = list(dict.fromkeys([*load_endpoints(), *s.train_judges, *s.eval_judges]))
+    train_judges = mo.ui.multiselect(options=_names, value=s.train_judges,
+                                     label="training judges (their RaR runs, global rubric, are evaluated)")
+    eval_judges = mo.ui.multiselect(options=_names, value=s.eval_judges, label="evaluation judges")
+    mo.vstack([train_judges, eval_judges])
+    return eval_judges, train_judges
+
+
+@app.cell
+def _(configured, index, mo, s, train_or_load):
+    rar_query_cfg = configured("rar", s, judge_rubric="query")
     with mo.status.spinner(title=f"RaR with query-specific rubrics: {rar_query_cfg.max_steps} steps (or read back)"):
         query_run = train_or_load(rar_query_cfg, index)
     mo.md(f"RaR (query-specific rubric) run `{query_run['run']}`: "
           + (f"trained now in {query_run['seconds']:.0f} s" if query_run["trained_now"] else "read back"))
-    return (query_run,)
+    return query_run, rar_query_cfg
 
 
 @app.cell
-def _(DEFAULT_MODEL, ablations, budgets, cached_agent_eval, frontier, index, mo, qtag, queries, query_run,
-      rar_global, rar_query_cfg, rlvr_cfg, run_folder, trajectory_cache):
-    # name -> (policy spec, label: model · scale · seed, policy kwargs)
-    specs = {"base (untrained)": ("local", ablations.cell_label(DEFAULT_MODEL, "untrained", "-"), {})}
-    if (run_folder(rlvr_cfg) / "final").exists():
-        specs["RLVR"] = (f"run:{run_folder(rlvr_cfg).name}", ablations.cell_label(rlvr_cfg.model, rlvr_cfg.preset,
-                                                                             rlvr_cfg.seed, rlvr_cfg.max_steps), {})
-    for _j, _cfg in rar_global.items():
-        if (run_folder(_cfg) / "final").exists():
-            specs[f"RaR global · judge {_j}"] = (f"run:{run_folder(_cfg).name}", ablations.cell_label(
-                _cfg.model, _cfg.preset, _cfg.seed, _cfg.max_steps), {})
-    specs["RaR query-specific · judge local"] = (f"run:{run_folder(rar_query_cfg).name}", ablations.cell_label(
-        rar_query_cfg.model, rar_query_cfg.preset, rar_query_cfg.seed, rar_query_cfg.max_steps), {})
+def _(configured, find_run, frontier, get_endpoint, mo, query_run, rar_query_cfg, read_run, s, train_judges):
+    # name -> (policy spec, (model, steps, seed), policy kwargs); trained policies come from the run registry
+    specs = {"base (untrained)": ("local", (get_endpoint("local").model, 0, "-"), {})}
+    _runs, _missing = {}, []
+    _rlvr = find_run(configured("rlvr", s, curriculum=s.curriculum))
+    if _rlvr is not None:
+        _runs["RLVR"] = _rlvr
+    else:
+        _missing.append("RLVR (notebook 04)")
+    for _j in train_judges.value:
+        _info = find_run(configured("rar", s, judge_endpoint=None if _j == "local" else _j))
+        if _info is not None:
+            _runs[f"RaR global · judge {_j}"] = _info
+        else:
+            _missing.append(f"RaR global · judge {_j} (notebooks 05/06)")
+    _runs[f"RaR query-specific · judge {rar_query_cfg.judge_endpoint or 'local'}"] = read_run(query_run["path"])
+    for _name, _info in _runs.items():
+        specs[_name] = (f"run:{_info.path}", (_info.config.model, _info.steps_done, _info.config.seed), {})
     if frontier is not None:
-        specs[f"frontier {frontier.model}"] = (f"openai:{frontier.model}@{frontier.base_url}",
-                                               f"{frontier.model} · hosted · -", {"api_key_env": frontier.api_key_env})
+        specs[f"frontier {frontier.model}"] = (s.frontier, (frontier.model, 0, "-"), {})
+    mo.md("Policies: " + ", ".join(f"**{n}**" for n in specs)
+          + (f". Not trained yet, so left out: {', '.join(_missing)}." if _missing else "."))
+    return (specs,)
+
+
+@app.cell
+def _(ablations, budgets, cached_agent_eval, frontier, index, mo, plots, qtag, queries, s, specs, trajectory_cache):
     trajs = {}
-    for _name, (_spec, _label, _kw) in specs.items():
+    for _name, (_spec, _, _kw) in specs.items():
         with mo.status.spinner(title=f"{_name}: {len(queries)} episodes (cached ones are reused)"):
             trajs[_name] = cached_agent_eval(_spec, queries, trajectory_cache(_spec, qtag), index, budgets, **_kw)
-    labels = {n: v[1] for n, v in specs.items()}
+    labels = {n: ablations.cell_label(m, s.scale, seed, steps) for n, (_, (m, steps, seed), _) in specs.items()}
+    caption = plots.policy_caption({n: v[1] for n, v in specs.items()}, f"{s.scale} index")
     mo.md(f"{len(specs)} agent policies on {len(queries)} held-out queries (`{qtag}`), budgets {budgets}; "
-          f"frontier agent: {'included' if frontier else 'skipped (no key in the environment)'}. {query_run['run']}")
-    return labels, trajs
+          f"frontier agent: {'included' if frontier else f'skipped (no key for `{s.frontier}` in the environment)'}.  \n"
+          f"{caption}")
+    return caption, labels, trajs
 
 
 @app.cell
 def _(Judge, ablations, eval_judges, labels, mo, open_llm, trajs):
-    _llms = {j: open_llm(j) for j in eval_judges}
+    mo.stop(not eval_judges.value, mo.md("_Choose at least one evaluation judge._"))
+    _llms = {j: open_llm(j) for j in eval_judges.value}
     try:
         with mo.status.spinner(title="evaluation judges (cached judgments from notebook 06 are reused)"):
             judged = ablations.judge_scores({n: ("", t) for n, t in trajs.items()},
@@ -134,23 +154,23 @@ def _(baseline_rows, bootstrap_ci, comparison_table, index, judged, labels, pd, 
     for _c in _judge_cols:
         table[f"{_c} 95% CI"] = [("[%.3f, %.3f]" % bootstrap_ci(g[_c].dropna().to_numpy())) if g[_c].notna().any() else ""
                                 for _, g in per_query.groupby("method", sort=False)]
-    table.insert(1, "model · scale · seed", [labels.get(m, "one-shot retrieval, no model") for m in table["method"]])
+    table.insert(1, "model · scale · steps · seed", [labels.get(m, "one-shot retrieval, no model") for m in table["method"]])
     return per_query, table
 
 
 @app.cell
-def _(atomic_write_json, config, judged, mo, per_query, plots, qtag, save, save_table, table):
+def _(atomic_write_json, caption, config, judged, labels, mo, per_query, plots, qtag, save, save_table, table):
     save_table(table, "07_eval")
     save_table(per_query, "07_eval_per_query")
-    _fig = plots.agent_vs_baselines(per_query, title=f"Held-out evaluation ({qtag})")
+    _fig = plots.agent_vs_baselines(per_query, title=f"Held-out evaluation ({qtag})\n{caption}")
     save(_fig, "07_eval.png")
     _judge_cols = [c for c in per_query.columns if c.startswith("judge ") and not c.startswith("judge failed")]
-    _fig2 = plots.recall_per_policy(table, "method",
-                                    title="Mean judge score per policy (0–1)", metrics=_judge_cols) if _judge_cols else None
+    _fig2 = plots.recall_per_policy(table, "method", title=f"Mean judge score per policy (0–1)\n{caption}",
+                                    metrics=_judge_cols) if _judge_cols else None
     if _fig2 is not None:
         save(_fig2, "07_judge_scores.png")
     atomic_write_json(config.results_dir() / "07_run.json",
-                      {"queries": qtag, "policies": table["method"].tolist(),
+                      {"queries": qtag, "policies": table["method"].tolist(), "labels": labels,
                        "judge_fallback_rate": float(judged["fallback"].mean()) if len(judged) else None})
     mo.vstack([mo.md(f"## Every policy on `{qtag}` (means; 95 % bootstrap intervals over queries)"),
                mo.ui.table(table, selection=None), _fig] + ([_fig2] if _fig2 is not None else []))

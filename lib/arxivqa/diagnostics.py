@@ -290,8 +290,17 @@ def load_run(run_dir: str | Path, cfg: DiagnosticsConfig | None = None) -> dict[
             "summary": step_summary(rollouts), "timing": timing, "trajectories": trajs}
 
 
-def early_late(summary: pd.DataFrame, log: pd.DataFrame, window: int = 5) -> pd.DataFrame:
-    """The first and last ``window`` steps side by side: the collapse signature in one table."""
+def signature_window(n_steps: int, most: int = 5) -> int:
+    """How many first and last steps to compare: at most ``most``, and never overlapping (one step: 1)."""
+    return max(1, min(most, n_steps // 2))
+
+
+def early_late(summary: pd.DataFrame, log: pd.DataFrame, window: int | None = None) -> pd.DataFrame:
+    """The first and last ``window`` steps side by side: the collapse signature in one table (default
+    window: ``signature_window`` of the run's steps, so the two ends never share a step)."""
+    if window is None:
+        window = signature_window(int(summary["step"].nunique()) if "step" in summary and len(summary) else 0)
+    unit = "step" if window == 1 else "steps"
     rows = []
     spec = [("reward (TRL)", log, "reward"), ("entropy", log, "entropy"), ("KL", log, "kl"),
             ("tool calls per rollout", summary, "tool_calls_mean"),
@@ -303,6 +312,6 @@ def early_late(summary: pd.DataFrame, log: pd.DataFrame, window: int = 5) -> pd.
         if col not in frame or frame.empty:
             continue
         f = frame.dropna(subset=[col]).sort_values("step")
-        rows.append({"measure": name, f"first {window} steps": f[col].head(window).mean(),
-                     f"last {window} steps": f[col].tail(window).mean()})
+        rows.append({"measure": name, f"first {window} {unit}": f[col].head(window).mean(),
+                     f"last {window} {unit}": f[col].tail(window).mean()})
     return pd.DataFrame(rows)

@@ -194,17 +194,22 @@ def eval_budgets() -> Budgets:
     return Budgets.parse(settings().eval_budgets)
 
 
-def trajectory_cache(policy_spec: str, tag: str):
-    """Where ``cached_agent_eval`` keeps a policy's trajectories on a query selection: under
-    ``data/episodes/`` (a run folder is named by its last component, an endpoint without its URL)."""
+def policy_key(policy_spec: str) -> str:
+    """What identifies a policy's episodes wherever the repository lies: a run by its folder's name, an
+    inline endpoint without its URL, any other LLM name as it is."""
     import re as _re
-
-    from . import config
 
     kind, _, rest = policy_spec.partition(":")
     rest = rest.split("@", 1)[0].rstrip("/").rsplit("/", 1)[-1] if kind in ("run", "openai") else rest
-    name = _re.sub(r"[^A-Za-z0-9._-]+", "_", f"{kind}-{rest}" if rest else kind)
-    return config.settings().episodes_dir / f"{name}.{tag}.trajectories.jsonl"
+    return _re.sub(r"[^A-Za-z0-9._-]+", "_", f"{kind}-{rest}" if rest else kind)
+
+
+def trajectory_cache(policy_spec: str, tag: str):
+    """Where ``cached_agent_eval`` keeps a policy's trajectories on a query selection: under
+    ``data/episodes/``, named by ``policy_key``."""
+    from . import config
+
+    return config.settings().episodes_dir / f"{policy_key(policy_spec)}.{tag}.trajectories.jsonl"
 
 
 def cached_agent_eval(policy_spec: str, queries: Sequence[Query], path, index=None, budgets=None,
@@ -223,7 +228,7 @@ def cached_agent_eval(policy_spec: str, queries: Sequence[Query], path, index=No
 
     budgets = budgets or Budgets()
     path, meta_path = Path(path), Path(str(path) + ".meta.json")
-    meta = {"policy": policy_spec, "budgets": dataclasses.asdict(budgets)}
+    meta = {"policy": policy_key(policy_spec), "budgets": dataclasses.asdict(budgets)}
     done: dict[str, object] = {}
     if path.exists() and meta_path.exists() and json.loads(meta_path.read_text()) == meta:
         # an episode the policy itself failed (endpoint down, model error) is run again, not reused

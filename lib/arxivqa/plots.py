@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -30,6 +30,25 @@ def save_table(df: pd.DataFrame, stem: str, out_dir: Path | None = None, floatfm
     csv = atomic_write_text(out / f"{stem}.csv", df.to_csv(index=False))
     md = atomic_write_text(out / f"{stem}.md", df.to_markdown(index=False, floatfmt=floatfmt) + "\n")
     return csv, md
+
+
+def policy_caption(policies: Mapping[str, tuple[str, int | str, int | str]], scale: str) -> str:
+    """The "model · scale · steps · seed" line of a figure that shows several policies. ``policies`` maps a
+    policy's name to (model, training steps, seed) — steps 0 and seed "-" for an untrained model. A value
+    that every policy shares is stated once, differing steps per policy; untrained policies are named."""
+    if not policies:
+        return scale
+    models = list(dict.fromkeys(str(m) for m, _, _ in policies.values()))
+    seeds = list(dict.fromkeys(str(sd) for _, _, sd in policies.values() if str(sd) != "-")) or ["-"]
+    trained = {name: str(n) for name, (_, n, _) in policies.items() if str(n) not in ("0", "-")}
+    untrained = [name for name in policies if name not in trained]
+    if len(set(trained.values())) == 1:
+        steps_text = f"{next(iter(trained.values()))} steps"
+    else:
+        steps_text = "steps: " + ", ".join(f"{name} {n}" for name, n in trained.items()) if trained else "0 steps"
+    if trained and untrained:
+        steps_text += f" (untrained: {', '.join(untrained)})"
+    return f"{' / '.join(models)} · {scale} · {steps_text} · seed {' / '.join(seeds)}"
 
 
 def papers_per_month(stats: pd.DataFrame, since: str = "2016-01-01"):

@@ -470,7 +470,27 @@ class RunInfo(BaseModel):
         """model · scale · steps · seed — what a figure title states."""
         c = self.config
         judge = f" · judge {c.judge_endpoint or 'local'} ({c.judge_rubric})" if c.reward == "rar" else ""
-        return f"{c.model} · {c.preset} · {self.steps_done} steps{judge} · seed {c.seed}"
+        steps = f"{self.steps_done} step" + ("" if self.steps_done == 1 else "s")
+        return f"{c.model} · {c.preset} · {steps}{judge} · seed {c.seed}"
+
+    def option(self) -> str:
+        """A unique, readable name for a run picker: the label, what else tells runs apart, and where it is."""
+        c = self.config
+        what = c.curriculum if c.reward == "rlvr" else c.judge_rubric
+        return f"{self.label()} · {what} · {self.path.parent.name}/{self.name}"
+
+
+def run_options(runs: Sequence[RunInfo]) -> dict[str, RunInfo]:
+    """Runs keyed by ``RunInfo.option()`` (what a dropdown shows), in the registry's order."""
+    return {r.option(): r for r in runs}
+
+
+def same_run(a: RunInfo | str | Path | None, b: RunInfo | str | Path | None) -> bool:
+    """Whether two runs (or run folders) are the same folder."""
+    if a is None or b is None:
+        return False
+    pa, pb = (x.path if isinstance(x, RunInfo) else Path(x) for x in (a, b))
+    return pa.resolve() == pb.resolve()
 
 
 def run_identity(cfg: TrainConfig | dict) -> dict:
