@@ -14,7 +14,8 @@ def _():
 
     from arxivqa import config
     from arxivqa.config import settings
-    from arxivqa.diagnostics import DiagnosticsConfig, early_late, load_run, signature_window
+    from arxivqa.diagnostics import (DiagnosticsConfig, early_late, load_run, rollout_choices, rollout_detail,
+                                     signature_window)
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
     from arxivqa.plots import (failure_mode_rates, save, save_table, step_time, tool_calls_per_rollout,
@@ -24,7 +25,8 @@ def _():
                                train_or_load)
 
     return (DiagnosticsConfig, Path, TrainConfig, atomic_write_json, build_for_scale, config, configured, early_late,
-            failure_mode_rates, find_run, find_runs, load_run, mo, pd, read_run, run_options, same_run, save,
+            failure_mode_rates, find_run, find_runs, load_run, mo, pd, read_run, rollout_choices, rollout_detail,
+            run_options, same_run, save,
             save_table, settings, signature_window, step_time, tool_calls_per_rollout, train_or_load, training_curves,
             trajectory_markdown, typing)
 
@@ -241,28 +243,20 @@ def _(mo, run):
 
 
 @app.cell
-def _(mo, run, step_pick):
-    _rows = run["rollouts"]
-    _idx = list(_rows.index[_rows["step"] == step_pick.value]) if step_pick is not None else []
-    _options = {f"rollout {n + 1} · reward {_rows.loc[i, 'reward/total']:.3f} · {int(_rows.loc[i, 'tool_calls'])} tool calls":
-                int(i) for n, i in enumerate(_idx)}
-    _best = max(_options, key=lambda k: _rows.loc[_options[k], "reward/total"]) if _options else None
+def _(mo, rollout_choices, run, step_pick):
+    _options, _best = rollout_choices(run, step_pick.value if step_pick is not None else None)
     rollout_pick = mo.ui.dropdown(options=_options, value=_best, label="rollout (default: the step's best reward)")
     mo.hstack([rollout_pick], justify="start")
     return (rollout_pick,)
 
 
 @app.cell
-def _(mo, pd, rollout_pick, run, trajectory_markdown):
+def _(mo, rollout_detail, rollout_pick, run):
     if rollout_pick.value is None:
         _out = mo.md("_No rollout at this step._")
     else:
-        _step, _traj = run["trajectories"][rollout_pick.value]
-        _row = run["rollouts"].loc[rollout_pick.value]
-        _components = pd.DataFrame([{"component": k.removeprefix("reward/"), "value": v}
-                                    for k, v in _row.items() if k.startswith("reward/")])
-        _out = mo.vstack([mo.md(f"**Step {_step}**\n\n" + trajectory_markdown(_traj, reward=float(_row["reward/total"]))),
-                          mo.accordion({"reward components": mo.ui.table(_components, selection=None)})])
+        _text, _components = rollout_detail(run, rollout_pick.value)
+        _out = mo.vstack([mo.md(_text), mo.accordion({"reward components": mo.ui.table(_components, selection=None)})])
     _out
     return
 

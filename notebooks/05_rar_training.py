@@ -15,7 +15,7 @@ def _():
 
     from arxivqa import config
     from arxivqa.config import settings
-    from arxivqa.diagnostics import load_run
+    from arxivqa.diagnostics import load_run, rollout_choices, rollout_detail
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
     from arxivqa.judge import Judge
@@ -25,7 +25,8 @@ def _():
     from arxivqa.train import configured, find_run, find_runs, run_options, same_run, train_or_load
 
     return (Judge, Path, atomic_write_json, build_for_scale, config, configured, find_run, find_runs, load_endpoints,
-            load_run, mo, open_llm, pd, plt, run_options, same_run, save, save_table, settings, sns, train_or_load,
+            load_run, mo, open_llm, pd, plt, rollout_choices, rollout_detail, run_options, same_run, save, save_table,
+            settings, sns, train_or_load,
             trajectory_markdown)
 
 
@@ -224,27 +225,20 @@ def _(mo, rar, rlvr, view_regime):
 
 
 @app.cell
-def _(mo, view_run, view_step):
-    _rows = view_run["rollouts"]
-    _idx = list(_rows.index[_rows["step"] == view_step.value]) if view_step is not None else []
-    _options = {f"rollout {n + 1} · reward {_rows.loc[i, 'reward/total']:.3f} · {int(_rows.loc[i, 'tool_calls'])} tool calls":
-                int(i) for n, i in enumerate(_idx)}
-    _best = max(_options, key=lambda k: _rows.loc[_options[k], "reward/total"]) if _options else None
+def _(mo, rollout_choices, view_run, view_step):
+    _options, _best = rollout_choices(view_run, view_step.value if view_step is not None else None)
     view_rollout = mo.ui.dropdown(options=_options, value=_best, label="rollout (default: the step's best reward)")
     mo.hstack([view_rollout], justify="start")
     return (view_rollout,)
 
 
 @app.cell
-def _(mo, pd, trajectory_markdown, view_rollout, view_run):
+def _(mo, rollout_detail, view_rollout, view_run):
     if view_rollout.value is None:
         _out = mo.md("_No rollout at this step._")
     else:
-        _step, _traj = view_run["trajectories"][view_rollout.value]
-        _row = view_run["rollouts"].loc[view_rollout.value]
-        _components = pd.DataFrame([{"component": k.removeprefix("reward/"), "value": v}
-                                    for k, v in _row.items() if k.startswith("reward/")])
-        _out = mo.vstack([mo.md(f"**Step {_step}**\n\n" + trajectory_markdown(_traj, reward=float(_row["reward/total"]))),
+        _text, _components = rollout_detail(view_run, view_rollout.value)
+        _out = mo.vstack([mo.md(_text),
                           mo.accordion({"reward components (judge criteria, penalty, gates)":
                                         mo.ui.table(_components, selection=None)})])
     _out

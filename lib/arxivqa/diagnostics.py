@@ -295,6 +295,29 @@ def signature_window(n_steps: int, most: int = 5) -> int:
     return max(1, min(most, n_steps // 2))
 
 
+def rollout_choices(run: dict[str, Any], step: int | None) -> tuple[dict[str, int], str | None]:
+    """A run's rollouts at ``step`` for a picker (label -> row of ``run["rollouts"]``) and the label of the
+    best-rewarded one (the default)."""
+    rows = run["rollouts"]
+    idx = list(rows.index[rows["step"] == step]) if step is not None and len(rows) else []
+    options = {f"rollout {n + 1} · reward {rows.loc[i, 'reward/total']:.3f} · {int(rows.loc[i, 'tool_calls'])} tool calls":
+               int(i) for n, i in enumerate(idx)}
+    best = max(options, key=lambda k: rows.loc[options[k], "reward/total"]) if options else None
+    return options, best
+
+
+def rollout_detail(run: dict[str, Any], row: int) -> tuple[str, pd.DataFrame]:
+    """One rollout of a run: its trajectory as Markdown (``records.trajectory_markdown``, headed by its
+    step) and its reward components as a table."""
+    from .records import trajectory_markdown
+
+    step, traj = run["trajectories"][row]
+    r = run["rollouts"].loc[row]
+    components = pd.DataFrame([{"component": k.removeprefix("reward/"), "value": v}
+                               for k, v in r.items() if k.startswith("reward/")])
+    return f"**Step {step}**\n\n" + trajectory_markdown(traj, reward=float(r["reward/total"])), components
+
+
 def early_late(summary: pd.DataFrame, log: pd.DataFrame, window: int | None = None) -> pd.DataFrame:
     """The first and last ``window`` steps side by side: the collapse signature in one table (default
     window: ``signature_window`` of the run's steps, so the two ends never share a step)."""
