@@ -122,6 +122,7 @@ def test_one_grpo_step_and_a_resume_with_the_packaged_model(built_index, papers,
     timing = [json.loads(x) for x in (out / "timing.jsonl").read_text().splitlines()]
     assert timing[0]["step"] == 1 and timing[0]["generation"] > 0 and timing[0]["backward_optimizer"] > 0
     assert timing[0]["loss_forward"] > 0 and timing[0]["total"] >= timing[0]["generation"] + timing[0]["loss_forward"]
+    assert timing[0]["lora_norm"] >= 0.0  # logged every step: 0 until a group has a reward signal
     assert json.loads((out / "config.json").read_text())["max_steps"] == 1
     # resume: one more step continues from checkpoint-1 and keeps step 1's rollouts
     train(cfg.model_copy(update={"max_steps": 2}), out, resume=True, index=built_index)
@@ -130,6 +131,7 @@ def test_one_grpo_step_and_a_resume_with_the_packaged_model(built_index, papers,
     run = load_run(out)  # what notebooks 04/05 read back
     assert list(run["summary"]["step"]) == [1, 2] and set(run["log"]["step"].dropna()) >= {1, 2}
     assert "reward/search_recall" in run["rollouts"] and len(run["timing"]) == 2
+    assert {"signal_share", "lora_norm"} <= set(run["log"].columns)
     # what notebooks 06/07 evaluate: the base model with the run's adapter merged (`run:<folder>`)
     from arxivqa.agent import make_policy, tool_schemas
 

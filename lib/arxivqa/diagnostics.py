@@ -286,7 +286,12 @@ def load_run(run_dir: str | Path, cfg: DiagnosticsConfig | None = None) -> dict[
         frames.append(f)
     rollouts = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     timing = pd.DataFrame(load_rollouts(run_dir / "timing.jsonl")) if (run_dir / "timing.jsonl").exists() else pd.DataFrame()
-    return {"config": config, "log": trl_log_frame(metrics), "rollouts": rollouts,
+    log = trl_log_frame(metrics)
+    if "frac_reward_zero_std" in log:  # the share of groups whose rewards differed: GRPO's signal
+        log["signal_share"] = 1.0 - log["frac_reward_zero_std"]
+    if "lora_norm" in timing and "step" in log:  # how far the adapter has moved from zero, per step
+        log = log.merge(timing[["step", "lora_norm"]].astype(float), on="step", how="left")
+    return {"config": config, "log": log, "rollouts": rollouts,
             "summary": step_summary(rollouts), "timing": timing, "trajectories": trajs}
 
 

@@ -283,6 +283,7 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
 
     from .agent import tool_schemas
     from .models import resolve_dtype, resolve_model
+    from .train import lora_norm
 
     s = s or SFTSettings()
     out = Path(out)
@@ -319,15 +320,14 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     t0 = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - t0
-    lora_norm = float(sum(p.detach().float().pow(2).sum() for n, p in trainer.model.named_parameters()
-                          if "lora_B" in n) ** 0.5)
+    moved = lora_norm(trainer.model)
     merged = trainer.model.merge_and_unload()
     merged.save_pretrained(str(out))
     original = AutoTokenizer.from_pretrained(path)  # keep the model's own (inference) chat template
     original.save_pretrained(str(out))
     log = [r for r in trainer.state.log_history if "loss" in r]
     info = {"base": s.model, "demos": len(rows), "tokens": tokens, "assistant_tokens": assistant,
-            "lora_norm": lora_norm, "settings": s.model_dump(), "train_seconds": seconds,
+            "lora_norm": moved, "settings": s.model_dump(), "train_seconds": seconds,
             "steps": trainer.state.global_step, "first_loss": log[0]["loss"] if log else None,
             "last_loss": log[-1]["loss"] if log else None, "log": trainer.state.log_history}
     atomic_write_text(out / "sft.json", json.dumps(info, indent=2, default=str))

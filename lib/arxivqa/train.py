@@ -415,7 +415,7 @@ def _callbacks(out: Path, clock: StepClock):
         def on_step_begin(self, args, state, control, **kw):
             self.t0 = time.perf_counter()
 
-        def on_step_end(self, args, state, control, **kw):
+        def on_step_end(self, args, state, control, model=None, **kw):
             total = time.perf_counter() - self.t0
             c = clock.current
             gen, reward, tools = c.get("generation", 0.0), c.get("reward", 0.0), c.get("tools", 0.0)
@@ -426,6 +426,8 @@ def _callbacks(out: Path, clock: StepClock):
                    "ref_logprobs": max(0.0, prepare - gen - reward), "loss_forward": forward,
                    "backward_optimizer": max(0.0, total - prepare - forward),
                    "update": max(0.0, total - gen - reward)}
+            if model is not None:  # has the adapter left its zero initialisation? (lora_B starts at 0)
+                row["lora_norm"] = lora_norm(model)
             clock.rows.append(row)
             clock.current = {}
             atomic_write_text(out / "timing.jsonl", "".join(json.dumps(r) + "\n" for r in clock.rows))
@@ -434,6 +436,15 @@ def _callbacks(out: Path, clock: StepClock):
             atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state.log_history))
 
     return [Recorder()]
+
+
+def lora_norm(model) -> float:
+    """The L2 norm of every LoRA ``B`` matrix: exactly 0 until the policy has moved."""
+    total = 0.0
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            total += float(p.detach().float().pow(2).sum())
+    return total ** 0.5
 
 
 def _timed(fn: Callable, clock: StepClock, key: str) -> Callable:
