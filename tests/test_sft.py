@@ -93,3 +93,20 @@ def test_only_selected_demonstrations_are_trained_on():
     d = Demo(qid="x", source="teacher", shape="1", messages=[], trajectory=Trajectory(qid="x", query="q", policy="t"))
     with pytest.raises(ValueError, match="no selected"):
         train_sft([select(d)], "/nonexistent/never-written")
+
+
+def test_the_warm_start_is_measured_next_to_its_teacher_on_the_rollout_view(built_index, papers, tiny_qwen):
+    from arxivqa.evaluate import trajectory_metrics
+    from arxivqa.sft import evaluate_warm_start
+    from arxivqa.train import preset
+
+    qs = [Query(qid=f"d{i}", query=p.title, gold_in_corpus=[p.arxiv_id]) for i, p in enumerate(papers[:2])]
+    cfg = preset("cpu-demo", max_completion_length=64, max_tool_calling_iterations=1)
+    summary, policy, teacher = evaluate_warm_start(tiny_qwen, qs, cfg, index=built_index, progress=False)
+    assert set(summary) == {f"local:{tiny_qwen}", "teacher", "_run"} and summary["_run"]["queries"] == 2
+    assert summary["teacher"]["finished"] == 1.0 and summary["teacher"]["unreadable_share"] == 0.0
+    assert all(len(t.steps) <= 2 for t in policy)  # the rollout budgets: 1 tool round, then one more turn
+    # the teacher saw the same compact view as GRPO rollouts: at most 3 titles-only hits per search
+    searches = [r for t in teacher for r in t.tool_results if r.query]
+    assert searches and all(len(r.hits) <= 3 and "abstract:" not in r.result for r in searches)
+    assert 0.0 <= trajectory_metrics(policy[0])["unreadable_share"] <= 1.0

@@ -84,8 +84,8 @@ def summarize(per_query: pd.DataFrame, metrics: Sequence[str] | None = None) -> 
 
 # --------------------------------------------------------------------------- agent trajectories
 
-TRAJECTORY_METRICS = ("recall@10", "search_recall", "precision", "tool_calls", "turns", "distinct_tools",
-                      "distinct_queries", "query_diversity", "tokens", "seconds")
+TRAJECTORY_METRICS = ("recall@10", "search_recall", "precision", "finished", "unreadable_share", "tool_calls", "turns",
+                      "distinct_tools", "distinct_queries", "query_diversity", "tokens", "seconds")
 
 
 def query_diversity(queries: Sequence[str]) -> float:
@@ -113,6 +113,9 @@ def trajectory_metrics(traj) -> dict:
         "tool_errors": sum(r.error for r in results),
         "distinct_queries": len({" ".join(q.lower().split()) for q in queries}),
         "query_diversity": query_diversity(queries),
+        # turns whose tool calls could not be read (the agent got a parse error back)
+        "unreadable_share": (sum(bool(s.assistant.parse_problems) for s in traj.steps) / len(traj.steps)
+                             if traj.steps else 0.0),
         "tokens": traj.prompt_tokens + traj.completion_tokens, "completion_tokens": traj.completion_tokens,
         "seconds": traj.seconds, "tool_seconds": traj.tool_seconds, "finished": traj.stop_reason == "finished",
         "stop_reason": traj.stop_reason.split(":")[0],
@@ -152,8 +155,10 @@ def comparison_table(per_query: pd.DataFrame, metrics: Sequence[str] = TRAJECTOR
 
 
 def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concurrency: int = 1, budgets=None,
-                   progress: bool = True):
+                   progress: bool = True, system_prompt: str | None = None, env_kwargs: dict | None = None):
     """Run the agent on each query (``concurrency`` episodes at once; 1 for in-process models).
+    ``system_prompt`` and ``env_kwargs`` (the tool view: ``result_cap``, ``abstract_chars``, ...) default
+    to the agent's own; a trained policy is best evaluated with the prompt and view it was trained on.
     Returns the trajectories in query order."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -163,9 +168,11 @@ def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concu
 
     index = index or open_index()
     agent = Agent(make_policy(policy_spec), budgets or Budgets())
+    if system_prompt is not None:
+        agent.system_prompt = system_prompt
 
     def one(q):
-        return agent.run(q, ArxivEnv(index))
+        return agent.run(q, ArxivEnv(index, **(env_kwargs or {})))
 
     bar = tqdm(total=len(queries), desc=f"episodes ({agent.policy.name})", unit="episode", disable=not progress)
     out = [None] * len(queries)

@@ -135,6 +135,9 @@ def resolve_model(name: str | None = None) -> str:
     name = name or model_setting()
     if name in PACKAGED:
         return str(prepare_model(name))
+    derived = config.settings().models_dir / name  # a model made here, e.g. a warm start (arxivqa.sft)
+    if "/" not in name and (derived / "config.json").exists():
+        return str(derived)
     return name
 
 

@@ -201,7 +201,7 @@ def make_demos(cfg: DemoConfig, index=None, progress: bool = True) -> list[Demo]
 
     from .index import open_index
     from .tools import ArxivEnv
-    from .train import COMPACT_SYSTEM_PROMPT, SYSTEM_PROMPT
+    from .train import COMPACT_SYSTEM_PROMPT, SYSTEM_PROMPT, tool_view
 
     if cfg.split != "train":
         raise ValueError("demonstrations come from the training split only (split='train')")
@@ -209,8 +209,7 @@ def make_demos(cfg: DemoConfig, index=None, progress: bool = True) -> list[Demo]
     if index is None:
         folder = Path(cfg.index) if cfg.index and Path(cfg.index).exists() else None
         index = open_index(None if folder else cfg.index, folder=folder)
-    env = ArxivEnv(index, seed=cfg.seed, result_cap=cfg.tool_max_results, abstract_chars=cfg.tool_abstract_chars,
-                   snippet_chars=cfg.tool_snippet_chars, max_snippets=cfg.tool_max_snippets)
+    env = ArxivEnv(index, seed=cfg.seed, **tool_view(cfg))
     prompt = COMPACT_SYSTEM_PROMPT if cfg.system_prompt == "compact" else SYSTEM_PROMPT
     rng = random.Random(cfg.seed)
     out = []
@@ -334,6 +333,40 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     return info
 
 
+def evaluate_warm_start(model: str, queries: Sequence[Query], train_cfg=None, index=None, seed: int = 0,
+                        progress: bool = True) -> tuple[dict, list[Trajectory], list[Trajectory]]:
+    """The warm-started policy and its teacher on the same queries, with the prompt, tool view and budgets
+    of GRPO rollouts (``train_cfg``, default the cpu-demo preset): finish rate, unreadable turns, recall.
+    Returns (summary per policy, the policy's trajectories, the teacher's)."""
+    import pandas as pd
+
+    from .evaluate import run_agent_eval, trajectory_metrics
+    from .index import open_index
+    from .records import Budgets
+    from .tools import ArxivEnv
+    from .train import preset, prompt_for, tool_view
+
+    cfg = train_cfg or preset("cpu-demo")
+    index = index or open_index()
+    budgets = Budgets(max_turns=cfg.max_tool_calling_iterations + 1, max_tool_calls=30,
+                      max_tokens=cfg.max_completion_length, max_new_tokens=min(256, cfg.max_completion_length))
+    t0 = time.perf_counter()
+    policy = run_agent_eval(f"local:{model}", queries, index, budgets=budgets, progress=progress,
+                            system_prompt=prompt_for(cfg), env_kwargs=tool_view(cfg))
+    wall = time.perf_counter() - t0
+    env, rng = ArxivEnv(index, seed=seed, **tool_view(cfg)), random.Random(seed)
+    teacher = [teacher_episode(q, env, rng, prompt_for(cfg)).trajectory for q in queries]
+    frame = pd.DataFrame([trajectory_metrics(t) for t in policy + teacher])
+    cols = ["recall@10", "search_recall", "finished", "unreadable_share", "tool_calls", "turns", "distinct_tools",
+            "completion_tokens", "seconds"]
+    summary = {name: {c: float(g[c].mean()) for c in cols} | {"episodes": len(g)}
+               for name, g in frame.groupby("method", sort=False)}
+    summary["_run"] = {"model": model, "queries": len(queries), "wall_seconds": wall,
+                       "episodes_per_minute": 60 * len(queries) / wall if wall else None,
+                       "budgets": budgets.__dict__, "tool_view": tool_view(cfg), "prompt": cfg.system_prompt}
+    return summary, policy, teacher
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
@@ -353,6 +386,12 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--out", required=True)
     t.add_argument("--epochs", type=float, default=SFTSettings().epochs)
     t.add_argument("--threads", type=int, default=None)
+    t.add_argument("--limit", type=int, default=None, help="first N selected demonstrations")
+    t.add_argument("--max-length", type=int, default=SFTSettings().max_length)
+    e = sub.add_parser("eval", help="a warm-started model and the teacher on dev queries (rollout prompt, view, budgets)")
+    e.add_argument("--model", required=True, help="a model folder (e.g. the output of `train`) or packaged name")
+    e.add_argument("--limit", type=int, default=20)
+    e.add_argument("--out", default=None, help="default: <results>/warm_start/<model folder name>.json")
     a = p.parse_args(argv)
     if a.cmd == "demos":
         cfg = DemoConfig(limit=a.limit, per_query=a.per_query, seed=a.seed, index=a.index)
@@ -360,9 +399,21 @@ def main(argv: list[str] | None = None) -> None:
         out = Path(a.out or settings().runs_dir.parent / "sft" / f"demos-{settings().scale}-seed{a.seed}.jsonl")
         save_demos(out, demos, cfg)
         print(json.dumps({"out": str(out), **demo_stats(demos)}, indent=2))
-    else:
-        info = train_sft(load_demos(a.demos), a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads))
+    elif a.cmd == "train":
+        demos = [d for d in load_demos(a.demos) if d.selected][: a.limit]
+        info = train_sft(demos, a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads,
+                                                   max_length=a.max_length))
         print(json.dumps({k: v for k, v in info.items() if k != "log"}, indent=2, default=str))
+    else:
+        from .files import atomic_write_json
+        from .records import save_trajectories
+
+        queries = select_queries(split="dev", limit=a.limit).queries
+        summary, policy, teacher = evaluate_warm_start(a.model, queries)
+        out = Path(a.out or settings().results_dir / "warm_start" / f"{Path(a.model).name}.json")
+        atomic_write_json(out, summary)
+        save_trajectories(out.with_suffix(".trajectories.jsonl"), policy + teacher)
+        print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

@@ -170,6 +170,13 @@ def load_training_queries(cfg: TrainConfig) -> list[Query]:
     return queries[: cfg.limit] if cfg.limit else queries
 
 
+def tool_view(cfg: TrainConfig) -> dict[str, int]:
+    """The ``ArxivEnv`` keyword arguments of a run's compact tool view (rollouts, demonstrations and the
+    evaluation of a trained policy all use it)."""
+    return dict(result_cap=cfg.tool_max_results, abstract_chars=cfg.tool_abstract_chars,
+                snippet_chars=cfg.tool_snippet_chars, max_snippets=cfg.tool_max_snippets)
+
+
 def prompt_for(cfg: TrainConfig) -> str:
     return SYSTEM_PROMPT if cfg.system_prompt == "full" else COMPACT_SYSTEM_PROMPT
 
@@ -629,9 +636,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
     clock = StepClock()
     if resume and (out / "timing.jsonl").exists() and keep is not None:
         clock.rows = [r for r in load_rollouts(out / "timing.jsonl") if r["step"] <= keep]
-    env_factory = functools.partial(ArxivEnv, index, result_cap=cfg.tool_max_results,
-                                    abstract_chars=cfg.tool_abstract_chars, snippet_chars=cfg.tool_snippet_chars,
-                                    max_snippets=cfg.tool_max_snippets)
+    env_factory = functools.partial(ArxivEnv, index, **tool_view(cfg))
     args = GRPOConfig(**grpo_args(cfg, out))
     set_library_default("TRL_EXPERIMENTAL_SILENCE", "1")
     common = dict(reward_funcs=[make_reward_func(cfg, log, clock, scorer)], args=args,
