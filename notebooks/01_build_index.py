@@ -158,6 +158,7 @@ def _(index, load_queries, mo, one_shot_baselines, scale, summarize):
 @app.cell
 def _(
     baseline_summary,
+    index,
     per_query,
     recall_by_difficulty,
     save,
@@ -166,7 +167,8 @@ def _(
 ):
     save_table(baseline_summary, f"01_baselines_{scale.value}")
     save_table(per_query, f"01_baselines_{scale.value}_per_query")
-    _fig = recall_by_difficulty(baseline_summary, title=f"One-shot retrieval, {scale.value} index")
+    _fig = recall_by_difficulty(baseline_summary, title=f"One-shot retrieval · BM25 + {index.embedder.name} embeddings · "
+                                                    f"{scale.value} index · deterministic (sample seed 0)")
     save(_fig, f"01_baselines_{scale.value}.png")
     _fig
     return

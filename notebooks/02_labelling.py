@@ -95,7 +95,8 @@ def _(agreement, agreement_summary, atomic_write_json, config, endpoint, labelle
     summary = agreement_summary(per_query)
     save_table(per_query, "02_labeller_agreement_per_query")
     save_table(summary, "02_labeller_agreement")
-    _fig = labeller_agreement(summary, title=f"Labeller ({endpoint.model}) vs. given gold, {len(runs)} train queries")
+    _fig = labeller_agreement(summary, title=f"Labeller {endpoint.model} (greedy) vs. given gold · {len(runs)} train "
+                                             f"queries · {scale_name} index")
     save(_fig, "02_labeller_agreement.png")
     atomic_write_json(config.results_dir() / "02_labelling.json",
                       {"endpoint": endpoint.name, "model": endpoint.model, "scale": scale_name, "queries": len(runs),
@@ -116,11 +117,12 @@ def _(agreement, agreement_summary, atomic_write_json, config, endpoint, labelle
 
 
 @app.cell
-def _(atomic_write_json, mo, save, save_table, triage_confusion, triaged):
+def _(atomic_write_json, endpoint, mo, save, save_table, triage_confusion, triaged):
     save_table(triaged, "02_triage")
     _rated = triaged.dropna(subset=["given"])
     _acc = float((_rated["given"] == _rated["predicted"]).mean()) if len(_rated) else float("nan")
-    _fig = triage_confusion(triaged, title=f"Triage on {len(_rated)} rated queries (accuracy {_acc:.2f})")
+    _fig = triage_confusion(triaged, title=f"Triage by {endpoint.model} (greedy) · {len(_rated)} rated train queries "
+                                          f"(accuracy {_acc:.2f})")
     save(_fig, "02_triage.png")
     mo.vstack([mo.md(f"## Difficulty triage\nAgreement with the given difficulty: **{_acc:.2f}** on {len(_rated)} "
                      f"queries; {len(triaged) - len(_rated)} unrated queries get a proposed difficulty (stored as a "

@@ -103,14 +103,15 @@ def _(index, mo, pick, trajectories, trajectory_markdown):
 
 
 @app.cell
-def _(agent_vs_baselines, atomic_write_json, config, dev_queries, evaluate_trajectories, index, mo, save, save_table,
-      scale_name, trajectories, wall_seconds):
+def _(agent_vs_baselines, atomic_write_json, config, dev_queries, evaluate_trajectories, index, mo, policy_spec, save,
+      save_table, scale_name, trajectories, wall_seconds):
     per_query, eval_table, eval_by_difficulty, agent_bench = evaluate_trajectories(trajectories, index, dev_queries, wall_seconds)
     agent_bench |= {"scale": scale_name, "split": "dev"}
     save_table(eval_table, "03_eval")
     save_table(per_query, "03_eval_per_query")
     atomic_write_json(config.results_dir() / "bench_agent.json", agent_bench)
-    _fig = agent_vs_baselines(per_query, title=f"{len(trajectories)} dev queries, {scale_name} index")
+    _fig = agent_vs_baselines(per_query, title=f"{trajectories[0].policy if trajectories else policy_spec} (greedy) · "
+                                               f"{len(trajectories)} dev queries · {scale_name} index")
     save(_fig, "03_eval.png")
     mo.vstack([
         mo.md(f"""
