@@ -110,3 +110,16 @@ def test_the_warm_start_is_measured_next_to_its_teacher_on_the_rollout_view(buil
     searches = [r for t in teacher for r in t.tool_results if r.query]
     assert searches and all(len(r.hits) <= 3 and "abstract:" not in r.result for r in searches)
     assert 0.0 <= trajectory_metrics(policy[0])["unreadable_share"] <= 1.0
+
+
+def test_a_short_run_sees_as_many_queries_as_it_can():
+    from arxivqa.records import Trajectory
+    from arxivqa.sft import spread
+
+    def demo(qid, selected=True):
+        return Demo(qid=qid, source="teacher", shape="", messages=[], selected=selected,
+                    trajectory=Trajectory(qid=qid, query="q", policy="t"))
+
+    demos = [demo("a"), demo("a"), demo("a"), demo("b", False), demo("b"), demo("c")]
+    assert [d.qid for d in spread(demos)] == ["a", "b", "c", "a", "a"]
+    assert [d.qid for d in spread(demos, 2)] == ["a", "b"]

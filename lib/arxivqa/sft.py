@@ -232,6 +232,20 @@ def load_demos(path: str | Path) -> list[Demo]:
         return [Demo.model_validate_json(line) for line in fh if line.strip()]
 
 
+def spread(demos: Sequence[Demo], limit: int | None = None) -> list[Demo]:
+    """The selected demonstrations, round-robin over queries (every query's first, then every second, ...),
+    cut to ``limit``: a short SFT run still sees as many queries as it can."""
+    by_query: dict[str, list[Demo]] = {}
+    for d in demos:
+        if d.selected:
+            by_query.setdefault(d.qid, []).append(d)
+    out, k = [], 0
+    while any(len(v) > k for v in by_query.values()):
+        out += [v[k] for v in by_query.values() if len(v) > k]
+        k += 1
+    return out[:limit] if limit else out
+
+
 def demo_stats(demos: Sequence[Demo]) -> dict[str, Any]:
     """Counts a reader needs: how many were kept, their shapes, and the teacher's recall."""
     from .records import submission_recall
@@ -386,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--out", required=True)
     t.add_argument("--epochs", type=float, default=SFTSettings().epochs)
     t.add_argument("--threads", type=int, default=None)
-    t.add_argument("--limit", type=int, default=None, help="first N selected demonstrations")
+    t.add_argument("--limit", type=int, default=None, help="N selected demonstrations, spread over queries")
     t.add_argument("--max-length", type=int, default=SFTSettings().max_length)
     e = sub.add_parser("eval", help="a warm-started model and the teacher on dev queries (rollout prompt, view, budgets)")
     e.add_argument("--model", required=True, help="a model folder (e.g. the output of `train`) or packaged name")
@@ -400,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
         save_demos(out, demos, cfg)
         print(json.dumps({"out": str(out), **demo_stats(demos)}, indent=2))
     elif a.cmd == "train":
-        demos = [d for d in load_demos(a.demos) if d.selected][: a.limit]
+        demos = spread(load_demos(a.demos), a.limit)
         info = train_sft(demos, a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads,
                                                    max_length=a.max_length))
         print(json.dumps({k: v for k, v in info.items() if k != "log"}, indent=2, default=str))
