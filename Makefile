@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 REQS ?= requirements.txt
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup test demo report paper index index-full bench export edit serve label train-rlvr train-rar clean-index
+.PHONY: setup test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start clean-index
 
 setup: $(VENV)/.setup-done  ## create .venv, install the pinned CPU set, prepare the offline embedder
 
@@ -78,6 +78,15 @@ train-rlvr: setup  ## cpu-demo RLVR GRPO run (20 steps) -> data/runs/rlvr-cli
 
 train-rar: setup  ## cpu-demo RaR GRPO run with the local judge -> data/runs/rar-cli
 	$(PY) -m arxivqa.train --preset cpu-demo --reward rar --set max_steps=10 --out data/runs/rar-cli
+
+# The warm start (cold-start SFT) of issue 12: teacher demonstrations of the train split, LoRA SFT of the
+# chosen policy model on them, and its measurement next to the teacher on dev queries (rollout view).
+WARM_MODEL ?= smollm2-135m-tools
+WARM_DEMOS ?= 64
+warm-start: setup  ## demonstrations -> SFT -> data/models/$(WARM_MODEL)-sft -> results/warm_start/
+	$(PY) -m arxivqa.sft demos --per-query 3 --out data/sft/demos.jsonl
+	$(PY) -m arxivqa.sft train --demos data/sft/demos.jsonl --model $(WARM_MODEL) --limit $(WARM_DEMOS) --epochs 1 --out data/models/$(WARM_MODEL)-sft
+	$(PY) -m arxivqa.sft eval --model $(WARM_MODEL)-sft --limit 20
 
 edit: setup  ## open the notebooks in marimo
 	$(VENV)/bin/marimo edit notebooks/
