@@ -350,7 +350,7 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
 def evaluate_warm_start(model: str, queries: Sequence[Query], train_cfg=None, index=None, seed: int = 0,
                         progress: bool = True) -> tuple[dict, list[Trajectory], list[Trajectory]]:
     """The warm-started policy and its teacher on the same queries, with the prompt, tool view and budgets
-    of GRPO rollouts (``train_cfg``, default the cpu-demo preset): finish rate, unreadable turns, recall.
+    of GRPO rollouts (``train_cfg``, default the cpu-warm preset): finish rate, unreadable turns, recall.
     Returns (summary per policy, the policy's trajectories, the teacher's)."""
     import pandas as pd
 
@@ -360,7 +360,7 @@ def evaluate_warm_start(model: str, queries: Sequence[Query], train_cfg=None, in
     from .tools import ArxivEnv
     from .train import preset, prompt_for, tool_view
 
-    cfg = train_cfg or preset("cpu-demo")
+    cfg = train_cfg or preset("cpu-warm")
     index = index or open_index()
     budgets = Budgets(max_turns=cfg.max_tool_calling_iterations + 1, max_tool_calls=30,
                       max_tokens=cfg.max_completion_length, max_new_tokens=min(256, cfg.max_completion_length))
@@ -405,6 +405,7 @@ def main(argv: list[str] | None = None) -> None:
     e = sub.add_parser("eval", help="a warm-started model and the teacher on dev queries (rollout prompt, view, budgets)")
     e.add_argument("--model", required=True, help="a model folder (e.g. the output of `train`) or packaged name")
     e.add_argument("--limit", type=int, default=20)
+    e.add_argument("--preset", default="cpu-warm", help="the training preset whose prompt, tool view and budgets apply")
     e.add_argument("--out", default=None, help="default: <results>/warm_start/<model folder name>.json")
     a = p.parse_args(argv)
     if a.cmd == "demos":
@@ -423,7 +424,9 @@ def main(argv: list[str] | None = None) -> None:
         from .records import save_trajectories
 
         queries = select_queries(split="dev", limit=a.limit).queries
-        summary, policy, teacher = evaluate_warm_start(a.model, queries)
+        from .train import preset
+
+        summary, policy, teacher = evaluate_warm_start(a.model, queries, preset(a.preset))
         out = Path(a.out or settings().results_dir / "warm_start" / f"{Path(a.model).name}.json")
         atomic_write_json(out, summary)
         save_trajectories(out.with_suffix(".trajectories.jsonl"), policy + teacher)
