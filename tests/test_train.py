@@ -33,9 +33,11 @@ def test_the_cpu_demo_config_builds_a_trl_config(tmp_path):
     args = GRPOConfig(**grpo_args(cfg, tmp_path))
     assert args.max_steps == 3 and args.num_generations == cfg.num_generations and args.beta == cfg.beta
     assert args.use_cpu and not args.shuffle_dataset  # a curriculum must keep its order
-    assert set(PRESETS) == {"paper", "cpu-demo"}
+    assert set(PRESETS) == {"paper", "cpu-demo", "cpu-warm"}
     with pytest.raises(ValueError, match="unknown preset"):
         preset("huge")
+    warm = GRPOConfig(**grpo_args(preset("cpu-warm"), tmp_path))  # starts from the warm start (arxivqa.sft)
+    assert warm.num_generations == 4 and warm.max_tool_calling_iterations == 6 and warm.use_cpu
 
 
 def test_unsloth_is_imported_lazily_and_only_with_a_gpu():
