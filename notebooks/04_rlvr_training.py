@@ -7,15 +7,14 @@ app = marimo.App(width="medium")
 @app.cell
 def _():
     import typing
-    from pathlib import Path
 
     import marimo as mo
     import pandas as pd
 
     from arxivqa import config
     from arxivqa.config import settings
-    from arxivqa.diagnostics import (DiagnosticsConfig, early_late, load_run, rollout_choices, rollout_detail,
-                                     signature_window)
+    from arxivqa.diagnostics import (DiagnosticsConfig, early_late, load_run, rediagnose, rollout_choices,
+                                     rollout_detail, signature_window)
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
     from arxivqa.plots import (failure_mode_rates, save, save_table, step_time, tool_calls_per_rollout,
@@ -24,8 +23,8 @@ def _():
     from arxivqa.train import (TrainConfig, configured, find_run, find_runs, read_run, run_options, same_run,
                                train_or_load)
 
-    return (DiagnosticsConfig, Path, TrainConfig, atomic_write_json, build_for_scale, config, configured, early_late,
-            failure_mode_rates, find_run, find_runs, load_run, mo, pd, read_run, rollout_choices, rollout_detail,
+    return (DiagnosticsConfig, TrainConfig, atomic_write_json, build_for_scale, config, configured, early_late,
+            failure_mode_rates, find_run, find_runs, load_run, mo, pd, read_run, rediagnose, rollout_choices, rollout_detail,
             run_options, same_run, save,
             save_table, settings, signature_window, step_time, tool_calls_per_rollout, train_or_load, training_curves,
             trajectory_markdown, typing)
@@ -99,7 +98,7 @@ def _(find_runs, mo, run_options, same_run, trained):
 
 
 @app.cell
-def _(Path, atomic_write_json, config, load_run, mo, plural, run_pick, save_table, trained):
+def _(atomic_write_json, config, load_run, mo, plural, run_pick, same_run, save_table, trained):
     info = run_pick.value
     run_cfg = info.config
     run = load_run(info.path)
@@ -109,7 +108,7 @@ def _(Path, atomic_write_json, config, load_run, mo, plural, run_pick, save_tabl
                           "backward_optimizer", "update"] if p in _t]
     step_seconds = _t[_parts].describe().loc[["mean", "50%", "max"]].reset_index(names="stat") if len(_t) else _t
     save_table(step_seconds, "04_step_time")
-    _this_session = info.path.resolve() == Path(trained["path"]).resolve()
+    _this_session = same_run(info, trained["path"])
     atomic_write_json(config.results_dir() / "04_run.json",
                       {"run": info.name, "label": info.label(), "config": run["config"],
                        "steps_logged": info.steps_done, "rollouts": len(run["rollouts"]),
@@ -172,9 +171,9 @@ def _(DiagnosticsConfig, mo):
 
 
 @app.cell
-def _(DiagnosticsConfig, early_late, info, load_run, pd, save_table, signature_window, thresholds):
+def _(DiagnosticsConfig, early_late, pd, rediagnose, run, save_table, signature_window, thresholds):
     diag_cfg = DiagnosticsConfig(**thresholds.value)
-    diag = load_run(info.path, diag_cfg)
+    diag = rediagnose(run, diag_cfg)  # the run read once; only the measures are recomputed
     save_table(diag["summary"], "04_step_summary")
     save_table(pd.DataFrame([{"threshold": k, "value": v, "default": getattr(DiagnosticsConfig(), k)}
                              for k, v in diag_cfg.model_dump().items()]), "04_thresholds")

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from arxivqa.corpus import Query
@@ -134,6 +135,10 @@ def test_one_grpo_step_and_a_resume_with_the_packaged_model(built_index, papers,
     assert list(run["summary"]["step"]) == [1, 2] and set(run["log"]["step"].dropna()) >= {1, 2}
     assert "reward/search_recall" in run["rollouts"] and len(run["timing"]) == 2
     assert {"signal_share", "lora_norm"} <= set(run["log"].columns)
+    from arxivqa.diagnostics import DiagnosticsConfig, rediagnose
+
+    strict = DiagnosticsConfig(min_search_turns=5)  # other thresholds, recomputed without reading the run again
+    pd.testing.assert_frame_equal(rediagnose(run, strict)["rollouts"], load_run(out, strict)["rollouts"])
     # what notebooks 06/07 evaluate: the base model with the run's adapter merged (`run:<folder>`)
     from arxivqa.agent import make_policy, tool_schemas
 

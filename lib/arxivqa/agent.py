@@ -32,8 +32,7 @@ from typing import Any, Protocol
 
 from .config import secret
 from .corpus import Query
-from .records import (TOOL_NAMES, AssistantTurn, Budgets, ToolCall, ToolCallRecord, Trajectory, load_trajectories,  # noqa: F401 - re-exported
-                      save_trajectories)
+from .records import TOOL_NAMES, AssistantTurn, Budgets, ToolCall, ToolCallRecord, Trajectory
 from .tools import ArxivEnv
 
 SYSTEM_PROMPT = """You are a research retrieval agent for arXiv AI papers. Your job: find the papers that best answer the user's research query.
@@ -362,7 +361,7 @@ class Agent:
                 step.results.append(rec)
             for c in refused:
                 step.results.append(ToolCallRecord(call_id=c.id, turn=turn, name=c.name, arguments=c.arguments,
-                                                   error=True,
+                                                   error=True, error_code="budget",
                                                    result=f"Error: tool-call budget of {b.max_tool_calls} calls used up"))
             calls_made += len(allowed)
             for r in step.results:

@@ -107,10 +107,6 @@ class Settings(BaseModel):
                                  f"{e['msg']}" for e in exc.errors())
             raise ValueError(f"invalid setting: {problems}") from None
 
-    def with_(self, **changes: Any) -> Settings:
-        """A copy with some fields changed (validated)."""
-        return type(self)(**{**self.model_dump(), **changes})
-
     @classmethod
     def table(cls) -> str:
         """The README's settings table (Markdown)."""
@@ -147,21 +143,21 @@ def secret(var: str | None) -> str | None:
     return os.environ.get(var) if var else None
 
 
-def offline_environment(**extra: str) -> dict[str, str]:
-    """The environment for a child process (a local model server), offline by default."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return dict(os.environ, **extra)
-
-
-def set_offline() -> None:
-    """Never reach a model hub from this process unless the user said so (``HF_HUB_OFFLINE``)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-
 def set_library_default(var: str, value: str) -> None:
     """A default for a third-party library's own variable (e.g. ``TRL_EXPERIMENTAL_SILENCE``); a value the
     user set wins."""
     os.environ.setdefault(var, value)
+
+
+def set_offline() -> None:
+    """Never reach a model hub from this process unless the user said so (``HF_HUB_OFFLINE``)."""
+    set_library_default("HF_HUB_OFFLINE", "1")
+
+
+def offline_environment() -> dict[str, str]:
+    """The environment for a child process (a local model server), offline unless the user said otherwise."""
+    set_offline()
+    return dict(os.environ)
 
 
 # Shorthands for the two settings that nearly every notebook and writer needs.

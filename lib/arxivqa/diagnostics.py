@@ -277,14 +277,7 @@ def load_run(run_dir: str | Path, cfg: DiagnosticsConfig | None = None) -> dict[
     metrics = load_rollouts(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
     rows = load_rollouts(run_dir / "rollouts.jsonl") if (run_dir / "rollouts.jsonl").exists() else []
     trajs = rollout_trajectories(rows)
-    frames = []
-    for (step, traj), row in zip(trajs, rows):
-        f = rollout_frame([traj], step=step, cfg=cfg)
-        f["search_recall"] = search_recall(traj)
-        for key, value in row["reward"].items():
-            f[f"reward/{key}"] = value
-        frames.append(f)
-    rollouts = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    rollouts = _rollouts(trajs, [row["reward"] for row in rows], cfg)
     timing = pd.DataFrame(load_rollouts(run_dir / "timing.jsonl")) if (run_dir / "timing.jsonl").exists() else pd.DataFrame()
     log = trl_log_frame(metrics)
     if "frac_reward_zero_std" in log:  # the share of groups whose rewards differed: GRPO's signal
@@ -293,6 +286,27 @@ def load_run(run_dir: str | Path, cfg: DiagnosticsConfig | None = None) -> dict[
         log = log.merge(timing[["step", "lora_norm"]].astype(float), on="step", how="left")
     return {"config": config, "log": log, "rollouts": rollouts,
             "summary": step_summary(rollouts), "timing": timing, "trajectories": trajs}
+
+
+def _rollouts(trajs: Sequence[tuple[int, Trajectory]], rewards: Sequence[dict], cfg: DiagnosticsConfig | None) -> pd.DataFrame:
+    """One row per rollout: its measures under ``cfg``, its search recall and its reward components."""
+    frames = []
+    for (step, traj), reward in zip(trajs, rewards):
+        f = rollout_frame([traj], step=step, cfg=cfg)
+        f["search_recall"] = search_recall(traj)
+        for key, value in reward.items():
+            f[f"reward/{key}"] = value
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def rediagnose(run: dict[str, Any], cfg: DiagnosticsConfig) -> dict[str, Any]:
+    """A run from ``load_run`` with its rollout measures and failure modes recomputed under other thresholds
+    (nothing is read again)."""
+    r = run["rollouts"]
+    rewards = r.filter(like="reward/").rename(columns=lambda c: c.removeprefix("reward/")).to_dict("records")
+    rollouts = _rollouts(run["trajectories"], rewards, cfg)
+    return {**run, "rollouts": rollouts, "summary": step_summary(rollouts)}
 
 
 def signature_window(n_steps: int, most: int = 5) -> int:

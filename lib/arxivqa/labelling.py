@@ -474,7 +474,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from .config import results_dir
     from .corpus import load_queries, select_queries
-    from .index import open_index
+    from .index import open_index_spec
     from .llm import open_llm
     from .plots import save_table
 
@@ -501,8 +501,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"wrote {len(qs)} queries to {args.out}")
         return
     queries = select_queries(args.queries, args.split, args.limit).queries
-    folder = Path(args.index) if args.index and Path(args.index).exists() else None
-    index = open_index(None if folder else args.index, folder=folder)
+    index = open_index_spec(args.index)
     store = LabelStore.open(args.store, load_queries(args.queries))
     with open_llm(args.endpoint) as llm:
         runs_path = Path(args.runs or labels_dir() / f"runs-{llm.endpoint.name}.jsonl")

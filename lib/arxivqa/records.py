@@ -157,6 +157,7 @@ class ToolCallRecord(_Call):
     turn: int | None = None
     result: str = ""
     error: bool = False
+    error_code: str = ""  # the kind of error (set where it is raised), e.g. "unknown_id", "bad_json"
     hits: list[Hit] = Field(default_factory=list)
     seconds: float = 0.0
 
@@ -355,7 +356,7 @@ def trajectory_view(traj: Trajectory, max_reasoning_chars: int = 400, max_hits: 
         for r in s.results:
             item: dict = {"tool": text(r.name[:40]), "arguments": text(r.arguments_text()[:max_arg_chars])}
             if r.error:
-                item["error"] = error_code(r.result)
+                item["error"] = r.error_code or "tool_error"
             elif r.name in SEARCH_TOOLS:
                 item["results"] = [f"{h.id} ({h.published}): {h.title[:120]}" for h in r.hits[:max_hits]]
                 item["n_results"] = len(r.hits)
@@ -368,22 +369,6 @@ def trajectory_view(traj: Trajectory, max_reasoning_chars: int = 400, max_hits: 
     return {"user_query": traj.query, "turns": turns,
             "submitted_titles": [titles.get(pid, "(title not shown)")[:120] for pid in traj.submitted or []],
             "stop": traj.stop_reason.split(":")[0]}
-
-
-_ERROR_CODES = (("unknown tool", "unknown_tool"), ("not valid JSON", "bad_json"), ("invalid arguments", "bad_arguments"),
-                ("must be a JSON object", "bad_arguments"), ("unknown paper ID", "unknown_id"),
-                ("not a paper ID", "unknown_id"), ("unknown paper IDs", "unknown_id"), ("at most", "too_many_ids"),
-                ("empty", "empty_query"), ("characters long", "query_too_long"), ("already been called", "finished"),
-                ("budget", "budget"), ("page must be", "bad_page"), ("min_date", "bad_date"),
-                ("max_results", "bad_arguments"))
-
-
-def error_code(message: str) -> str:
-    """A short code for a tool error (what a reader or a judge needs; never the echoed input)."""
-    for needle, code in _ERROR_CODES:
-        if needle in message:
-            return code
-    return "tool_error"
 
 
 def trajectory_markdown(traj: Trajectory, reward: float | None = None, max_reasoning_chars: int = 300) -> str:

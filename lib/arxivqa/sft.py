@@ -42,7 +42,7 @@ from pydantic import BaseModel, Field
 from .corpus import Query, select_queries
 from .evaluate import rrf
 from .files import atomic_write_text
-from .records import STOPWORDS, AssistantTurn, ToolCall, Trajectory, content_words, search_recall
+from .records import AssistantTurn, ToolCall, Trajectory, content_words, search_recall
 
 SHAPES = ((1, 2), (2, 4), (3, 6), (4, 8))  # (search rounds, calls) — the teacher's repertoire
 
@@ -77,8 +77,7 @@ def _refinement(query: str, titles: Sequence[str], n: int = 3) -> str | None:
     """Words frequent in the titles seen so far but not in the query, with the query's first content
     words: a query that follows the results rather than rephrasing the question."""
     mine = set(content_words(query))
-    counts = Counter(t for title in titles for t in set(content_words(title)) if t not in mine and len(t) > 2
-                     and t not in STOPWORDS)
+    counts = Counter(t for title in titles for t in set(content_words(title)) if t not in mine and len(t) > 2)
     new = [w for w, c in counts.most_common(n) if c >= 2]
     if not new:
         return None
@@ -199,18 +198,16 @@ def make_demos(cfg: DemoConfig, index=None, progress: bool = True) -> list[Demo]
     """Teacher demonstrations for the ``split`` queries (``per_query`` each), selected by ``select``."""
     from tqdm.auto import tqdm
 
-    from .index import open_index
+    from .index import open_index_spec
     from .tools import ArxivEnv
-    from .train import COMPACT_SYSTEM_PROMPT, SYSTEM_PROMPT, tool_view
+    from .train import prompt_for, tool_view
 
     if cfg.split != "train":
         raise ValueError("demonstrations come from the training split only (split='train')")
     queries = select_queries(cfg.queries, "train", cfg.limit).queries
-    if index is None:
-        folder = Path(cfg.index) if cfg.index and Path(cfg.index).exists() else None
-        index = open_index(None if folder else cfg.index, folder=folder)
+    index = index or open_index_spec(cfg.index)
     env = ArxivEnv(index, seed=cfg.seed, **tool_view(cfg))
-    prompt = COMPACT_SYSTEM_PROMPT if cfg.system_prompt == "compact" else SYSTEM_PROMPT
+    prompt = prompt_for(cfg)
     rng = random.Random(cfg.seed)
     out = []
     for q in tqdm(queries, desc="teacher demonstrations", unit="query", disable=not progress):

@@ -63,7 +63,12 @@ class Episode(BaseModel):
 
 
 class ToolError(ValueError):
-    """A problem with the agent's call, reported back to it as a message."""
+    """A problem with the agent's call, reported back to it as a message; ``code`` names the kind of problem
+    (what the record keeps for readers and the judge, who never see the echoed input)."""
+
+    def __init__(self, message: str, code: str = "tool_error") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def _tool(fn):
@@ -78,6 +83,7 @@ def _tool(fn):
     def wrapper(env, /, *args, **kwargs):
         t0 = time.perf_counter()
         hits: list[Hit] = []
+        code = ""
         given = {str(k): v for k, v in kwargs.items()}
         # Small models copy schema keys ("required", "type") into the arguments: drop unknown
         # arguments, run the call, and say so in the result.
@@ -91,12 +97,12 @@ def _tool(fn):
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()[:5])
-            text, error = f"Error: invalid arguments for {fn.__name__}: {clean_text(problems, 500)}", True
+            text, error, code = f"Error: invalid arguments for {fn.__name__}: {clean_text(problems, 500)}", True, "bad_arguments"
         except ToolError as exc:
-            text, error = f"Error: {clean_text(exc, 500)}", True
+            text, error, code = f"Error: {clean_text(exc, 500)}", True, exc.code
         except Exception as exc:  # noqa: BLE001 - an environment bug must not kill the rollout
-            text, error = f"Error: {fn.__name__} failed: {type(exc).__name__}: {clean_text(exc, 300)}", True
-        env._record(fn.__name__, args, given, text, error, hits, time.perf_counter() - t0)
+            text, error, code = f"Error: {fn.__name__} failed: {type(exc).__name__}: {clean_text(exc, 300)}", True, "tool_failed"
+        env._record(fn.__name__, args, given, text, error, hits, time.perf_counter() - t0, code)
         return text
 
     return wrapper
@@ -180,16 +186,16 @@ class ArxivEnv:
         real = self.episode.id_map.get(oid)
         if real is None:
             if not oid.startswith("P-"):
-                raise ToolError(f"{echo(opaque_id, 40)} is not a paper ID of this session; use the IDs (they start with P-) that search results show")
-            raise ToolError(f"unknown paper ID {echo(opaque_id, 40)}; use an ID from a search result of this session")
+                raise ToolError(f"{echo(opaque_id, 40)} is not a paper ID of this session; use the IDs (they start with P-) that search results show", "unknown_id")
+            raise ToolError(f"unknown paper ID {echo(opaque_id, 40)}; use an ID from a search result of this session", "unknown_id")
         return real
 
-    def _record(self, name, args, kwargs, text, error, hits, seconds) -> None:
+    def _record(self, name, args, kwargs, text, error, hits, seconds, code: str = "") -> None:
         arguments = dict(kwargs)
         if args:
             arguments["_positional"] = list(args)
         rec = ToolCallRecord(turn=self._turn, name=name, arguments=arguments, result=text, error=error,
-                             hits=list(hits), seconds=seconds)
+                             error_code=code, hits=list(hits), seconds=seconds)
         local = getattr(_THREAD, "records", None)
         if local is not None:
             local.append(rec)
@@ -202,20 +208,20 @@ class ArxivEnv:
 
     def _check_open(self) -> None:
         if self.episode.finished:
-            raise ToolError("finish has already been called; the episode is over")
+            raise ToolError("finish has already been called; the episode is over", "finished")
 
     @staticmethod
     def _check_query(query: str) -> str:
         q = " ".join(query.split())
         if not q:
-            raise ToolError("the query is empty; give a few descriptive words")
+            raise ToolError("the query is empty; give a few descriptive words", "empty_query")
         if len(q) > MAX_QUERY_CHARS:
-            raise ToolError(f"the query is {len(q)} characters long; the limit is {MAX_QUERY_CHARS}")
+            raise ToolError(f"the query is {len(q)} characters long; the limit is {MAX_QUERY_CHARS}", "query_too_long")
         return q
 
     def _check_k(self, max_results: int) -> int:
         if not 1 <= max_results <= MAX_RESULTS_CAP:
-            raise ToolError(f"max_results must be between 1 and {MAX_RESULTS_CAP}, got {echo(max_results, 40)}")
+            raise ToolError(f"max_results must be between 1 and {MAX_RESULTS_CAP}, got {echo(max_results, 40)}", "bad_arguments")
         return min(max_results, self._result_cap or max_results)
 
     @staticmethod
@@ -225,7 +231,7 @@ class ArxivEnv:
         try:
             return date_int(dt.date.fromisoformat(str(min_date).strip()))
         except ValueError:
-            raise ToolError(f"min_date must be a date like 2025-01-31, got {echo(min_date, 40)}") from None
+            raise ToolError(f"min_date must be a date like 2025-01-31, got {echo(min_date, 40)}", "bad_date") from None
 
     def _format_hits(self, kind: str, query: str, found: list[IndexHit], body) -> tuple[str, list[Hit]]:
         """The hits as records, and the text the agent reads, rendered from them."""
@@ -299,11 +305,11 @@ class ArxivEnv:
         real = self._resolve(paper_id)
         paper = self.index.docs.get(real)
         if paper is None:
-            raise ToolError(f"paper '{paper_id}' has no text in the index")
+            raise ToolError(f"paper '{paper_id}' has no text in the index", "unknown_id")
         text = paper.page_text()
         pages = [text[i : i + PAGE_CHARS] for i in range(0, len(text), PAGE_CHARS)] or [""]
         if not 1 <= page <= len(pages):
-            raise ToolError(f"page must be between 1 and {len(pages)} for paper '{paper_id}', got {echo(page, 40)}")
+            raise ToolError(f"page must be between 1 and {len(pages)} for paper '{paper_id}', got {echo(page, 40)}", "bad_page")
         header = f"Paper {paper_id.strip()} — page {page} of {len(pages)}\n"
         hit = Hit(arxiv_id=real, id=paper_id.strip(), title=paper.title, published=paper.published.isoformat())
         return header + pages[page - 1], [hit]
@@ -318,11 +324,11 @@ class ArxivEnv:
         self._check_open()
         ids = list(dict.fromkeys(i.strip() for i in paper_ids))
         if len(ids) > MAX_SUBMIT:
-            raise ToolError(f"at most {MAX_SUBMIT} paper IDs can be submitted, got {len(ids)}")
+            raise ToolError(f"at most {MAX_SUBMIT} paper IDs can be submitted, got {len(ids)}", "too_many_ids")
         unknown = [i for i in ids if i not in self.episode.id_map]
         if unknown:
             shown = ", ".join(echo(i, 40) for i in unknown[:3]) + (" and more" if len(unknown) > 3 else "")
-            raise ToolError(f"unknown paper IDs {shown}; submit only IDs shown by search results of this session")
+            raise ToolError(f"unknown paper IDs {shown}; submit only IDs shown by search results of this session", "unknown_id")
         real = [self.episode.id_map[i] for i in ids]
         with self._lock:
             self.episode.submitted, self.episode.submitted_opaque = real, ids
@@ -333,27 +339,27 @@ class ArxivEnv:
     def _call(self, name: Any, arguments: Any) -> str:
         """Run one tool call given by name and a JSON object of arguments (a dict or a JSON string).
         Never raises: every problem becomes an ``Error:`` result, recorded like any call."""
-        def refuse(text: str) -> str:
-            self._record(clean_text(name, 64), (), {"_raw": arguments}, text, True, [], 0.0)
+        def refuse(text: str, code: str) -> str:
+            self._record(clean_text(name, 64), (), {"_raw": arguments}, text, True, [], 0.0, code)
             return text
 
         try:
             if not isinstance(name, str) or name not in TOOL_NAMES:
-                return refuse(f"Error: unknown tool {echo(name, 40)}; available tools: {', '.join(TOOL_NAMES)}")
+                return refuse(f"Error: unknown tool {echo(name, 40)}; available tools: {', '.join(TOOL_NAMES)}", "unknown_tool")
             if isinstance(arguments, str):
                 if len(arguments) > MAX_ARGUMENT_CHARS:
                     return refuse(f"Error: arguments for {name} are {len(arguments)} characters long; "
-                                  f"the limit is {MAX_ARGUMENT_CHARS}")
+                                  f"the limit is {MAX_ARGUMENT_CHARS}", "arguments_too_long")
                 try:
                     arguments = json.loads(arguments) if arguments.strip() else {}
                 except (ValueError, RecursionError) as exc:
                     reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-                    return refuse(f"Error: arguments for {name} are not valid JSON ({reason}); send a JSON object")
+                    return refuse(f"Error: arguments for {name} are not valid JSON ({reason}); send a JSON object", "bad_json")
             if not isinstance(arguments, dict):
-                return refuse(f"Error: arguments for {name} must be a JSON object, got {type(arguments).__name__}")
+                return refuse(f"Error: arguments for {name} must be a JSON object, got {type(arguments).__name__}", "bad_arguments")
             return getattr(self, name)(**{str(k): v for k, v in arguments.items()})
         except Exception as exc:  # noqa: BLE001 - the boundary: one bad call never ends the episode
-            return refuse(f"Error: {clean_text(name, 64)} failed: {type(exc).__name__}: {clean_text(exc, 200)}")
+            return refuse(f"Error: {clean_text(name, 64)} failed: {type(exc).__name__}: {clean_text(exc, 200)}", "tool_failed")
 
     def _run_parallel(self, calls: list[tuple[str, Any]], turn: int | None = None) -> list[str]:
         """Run one turn's tool calls concurrently; results keep the call order."""
@@ -386,7 +392,7 @@ class ArxivEnv:
         try:
             text = self._call(name, arguments)
             if not _THREAD.records:  # defensive: every call leaves a record
-                self._record(clean_text(name, 64), (), {"_raw": arguments}, text, True, [], 0.0)
+                self._record(clean_text(name, 64), (), {"_raw": arguments}, text, True, [], 0.0, "tool_failed")
             return text, _THREAD.records
         finally:
             _THREAD.records = None

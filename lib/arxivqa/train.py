@@ -624,13 +624,12 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
         torch.set_num_threads(cfg.threads)
     from trl import GRPOConfig, GRPOTrainer
 
-    from .index import open_index
+    from .index import open_index_spec
     from .models import resolve_model
     from .tools import ArxivEnv
 
     if index is None:
-        folder = Path(cfg.index) if cfg.index and Path(cfg.index).exists() else None
-        index = open_index(None if folder else cfg.index, folder=folder)
+        index = open_index_spec(cfg.index)
     queries = load_training_queries(cfg)
     if not queries:
         raise ValueError("no training queries with gold papers in the corpus")
