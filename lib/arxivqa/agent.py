@@ -184,6 +184,7 @@ class LocalHFPolicy:
         self.name = name or f"local:{self.model_name}"
 
     def chat(self, messages: list[dict], tools: list[dict], max_new_tokens: int) -> AssistantTurn:
+        """One turn with ``generate`` on the whole re-encoded conversation (the plain path)."""
         import torch
 
         t0 = time.perf_counter()
@@ -195,11 +196,113 @@ class LocalHFPolicy:
         with torch.no_grad():
             out = self.model.generate(**enc, **kwargs)
         new = out[0, enc.input_ids.shape[1]:]
+        return self._turn(new.tolist(), int(enc.input_ids.shape[1]), time.perf_counter() - t0)
+
+    def _turn(self, new: list[int], prompt_tokens: int, seconds: float, reused: int = 0) -> AssistantTurn:
         raw = self.tokenizer.decode(new, skip_special_tokens=True)
         text, calls, problems = parse_tool_calls(raw)
-        return AssistantTurn(text=text, raw=raw, tool_calls=calls, parse_problems=problems,
-                             prompt_tokens=int(enc.input_ids.shape[1]), completion_tokens=int(new.shape[0]),
-                             seconds=time.perf_counter() - t0)
+        return AssistantTurn(text=text, raw=raw, tool_calls=calls, parse_problems=problems, prompt_tokens=prompt_tokens,
+                             completion_tokens=len(new), seconds=seconds, cached_prompt_tokens=reused)
+
+    # ------------------------------------------------------------------ many episodes in lockstep
+
+    def _stop_ids(self) -> set[int]:
+        eos = self.model.generation_config.eos_token_id
+        ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
+
+    def forget(self, key: str) -> None:
+        """Drop the cached prefix of conversation ``key`` (its episode ended)."""
+        getattr(self, "_kv", {}).pop(key, None)
+
+    def chat_many(self, requests: Sequence[tuple[str, list[dict]]], tools: list[dict],
+                  max_new_tokens: int | Sequence[int]) -> list[AssistantTurn]:
+        """One turn of several conversations at once: ``requests`` are ``(key, messages)``; a key names a
+        conversation across turns. Each conversation's prompt prefix is kept as a KV cache between its
+        turns, so only the new part (the last turn's tool results) is encoded; the decoding of all
+        conversations runs as one batch (left-padded caches, per-row positions). The same tokens as
+        ``chat`` (greedy), up to floating-point reordering. A batch's wall time is split evenly among
+        its turns (``AssistantTurn.seconds``)."""
+        import torch
+        from transformers import DynamicCache
+
+        t0 = time.perf_counter()
+        store: dict[str, tuple[list[int], list]] = self.__dict__.setdefault("_kv", {})
+        limits = [max_new_tokens] * len(requests) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+        stop = self._stop_ids()
+        rows, logits, reused = [], [], []
+        with torch.no_grad():
+            for key, messages in requests:  # prefill: only what the cache does not hold
+                ids = self.tokenizer.apply_chat_template(_for_template(messages), tools=tools, add_generation_prompt=True,
+                                                         tokenize=True, return_dict=True)["input_ids"]
+                ids = list(ids[0] if ids and isinstance(ids[0], list) else ids)
+                old_ids, kv = store.get(key, ([], None))
+                p = 0
+                while p < min(len(old_ids), len(ids) - 1) and old_ids[p] == ids[p]:
+                    p += 1
+                cache = DynamicCache()
+                if kv is not None and p > 0:
+                    for i, (k, v) in enumerate(kv):
+                        cache.update(k[:, :, :p], v[:, :, :p], i)
+                else:
+                    p = 0
+                out = self.model(input_ids=torch.tensor([ids[p:]]), past_key_values=cache,
+                                 position_ids=torch.arange(p, len(ids))[None], use_cache=True)
+                logits.append(out.logits[:, -1].float())
+                rows.append((key, ids, [(layer.keys, layer.values) for layer in cache.layers]))
+                reused.append(p)
+            lengths = [len(ids) for _, ids, _ in rows]
+            width = max(lengths)
+            batched = DynamicCache()
+            for li in range(len(rows[0][2])):
+                ks, vs = [], []
+                for (_, ids, kv), n in zip(rows, lengths):
+                    k, v = kv[li]
+                    pad = width - n
+                    ks.append(torch.nn.functional.pad(k, (0, 0, pad, 0)))
+                    vs.append(torch.nn.functional.pad(v, (0, 0, pad, 0)))
+                batched.update(torch.cat(ks), torch.cat(vs), li)
+            mask = torch.zeros(len(rows), width, dtype=torch.long)
+            for r, n in enumerate(lengths):
+                mask[r, width - n:] = 1
+            gen: list[list[int]] = [[] for _ in rows]
+            fed: list[list[int]] = [[] for _ in rows]
+            done = [limit <= 0 for limit in limits]
+            nxt = self._pick(torch.cat(logits))
+            step = 0
+            while True:
+                for r, tok in enumerate(nxt.tolist()):
+                    if not done[r]:
+                        gen[r].append(tok)
+                        done[r] = tok in stop or len(gen[r]) >= limits[r]
+                if all(done):
+                    break
+                for r, tok in enumerate(nxt.tolist()):
+                    if gen[r] and len(fed[r]) < len(gen[r]):
+                        fed[r].append(tok)
+                mask = torch.cat([mask, torch.ones(len(rows), 1, dtype=torch.long)], dim=1)
+                pos = torch.tensor([[n + step] for n in lengths])
+                out = self.model(input_ids=nxt[:, None], past_key_values=batched, attention_mask=mask,
+                                 position_ids=pos, use_cache=True)
+                nxt = self._pick(out.logits[:, -1].float())
+                step += 1
+            for r, ((key, ids, _), n) in enumerate(zip(rows, lengths)):  # keep each row's real tokens
+                keep = n + len(fed[r])
+                store[key] = (ids + fed[r], [(layer.keys[r:r + 1, :, width - n: width - n + keep],
+                                              layer.values[r:r + 1, :, width - n: width - n + keep])
+                                             for layer in batched.layers])
+        share = (time.perf_counter() - t0) / len(rows)
+        return [self._turn([t for t in g if t not in stop], n, share, reused=p)
+                for g, n, p in zip(gen, lengths, reused)]
+
+    def _pick(self, logits):
+        import torch
+
+        if self.temperature > 0:
+            return torch.multinomial(torch.softmax(logits / self.temperature, dim=-1), 1)[:, 0]
+        return logits.argmax(dim=-1)
 
 
 def run_policy(run_dir: str | os.PathLike, **kwargs) -> LocalHFPolicy:
@@ -319,8 +422,72 @@ class Agent:
     system_prompt: str = SYSTEM_PROMPT
 
     def run(self, query: Query, env: ArxivEnv) -> Trajectory:
-        env.reset(**query.model_dump())
+        """One episode, one turn at a time (``policy.chat``)."""
+        episode = self.episode(query, env)
+        request = next(episode)
+        while True:
+            try:
+                out = self.policy.chat(request[0], tool_schemas(), request[1])
+            except Exception as exc:  # noqa: BLE001 - an endpoint failure ends this episode, recorded
+                out = exc
+            try:
+                request = episode.send(out)
+            except StopIteration as stop:
+                return stop.value
+
+    def run_many(self, queries: Sequence[Query], make_env, batch_size: int = 8, progress=None) -> list[Trajectory]:
+        """Many episodes in lockstep: each round, every active episode's next turn is generated in one
+        ``policy.chat_many`` call (batched decoding, each episode's prompt prefix reused from a KV cache);
+        up to ``batch_size`` episodes are active, a finished one is replaced by the next query.
+        ``make_env()`` gives a fresh environment per episode. Trajectories come back in query order;
+        ``progress`` (a callable) is told of each finished episode. Policies without ``chat_many`` run
+        the same loop one turn at a time."""
         tools = tool_schemas()
+        out: list[Trajectory | None] = [None] * len(queries)
+        waiting = list(enumerate(queries))[::-1]
+        active: dict[str, tuple[int, Any, tuple[list[dict], int]]] = {}
+        many = getattr(self.policy, "chat_many", None)
+
+        def settle(key: str, i: int, episode, reply) -> None:
+            try:
+                active[key] = (i, episode, episode.send(reply) if reply is not None else next(episode))
+            except StopIteration as stop:
+                out[i] = stop.value
+                active.pop(key, None)
+                if hasattr(self.policy, "forget"):
+                    self.policy.forget(key)
+                if progress is not None:
+                    progress(stop.value)
+
+        while waiting or active:
+            while waiting and len(active) < max(1, batch_size):
+                i, q = waiting.pop()
+                settle(f"episode-{i}", i, self.episode(q, make_env()), None)
+            if not active:
+                continue
+            keys = list(active)
+            try:
+                if many is not None:
+                    replies: list = many([(k, active[k][2][0]) for k in keys], tools, [active[k][2][1] for k in keys])
+                else:
+                    replies = []
+                    for k in keys:
+                        try:
+                            replies.append(self.policy.chat(active[k][2][0], tools, active[k][2][1]))
+                        except Exception as exc:  # noqa: BLE001 - recorded on that episode
+                            replies.append(exc)
+            except Exception as exc:  # noqa: BLE001 - a failed batch ends its episodes, recorded
+                replies = [exc] * len(keys)
+            for k, reply in zip(keys, replies):
+                i, episode, _ = active[k]
+                settle(k, i, episode, reply)
+        return out  # type: ignore[return-value]
+
+    def episode(self, query: Query, env: ArxivEnv):
+        """The episode as a generator: it yields ``(messages, max_new_tokens)`` for each turn and is sent
+        the policy's ``AssistantTurn`` (or the exception the policy raised); it returns the trajectory.
+        ``run`` drives one episode, ``run_many`` drives many in lockstep."""
+        env.reset(**query.model_dump())
         messages: list[dict] = [{"role": "system", "content": self.system_prompt},
                                 {"role": "user", "content": query.query}]
         traj = Trajectory.start(query, self.policy.name)
@@ -332,10 +499,9 @@ class Agent:
             if remaining <= 0:
                 traj.stop_reason = "token_budget"
                 break
-            try:
-                out = self.policy.chat(messages, tools, min(b.max_new_tokens, remaining))
-            except Exception as exc:  # noqa: BLE001 - an endpoint failure ends this episode, recorded
-                traj.stop_reason = f"policy_error: {type(exc).__name__}: {exc}"[:500]
+            out = yield messages, min(b.max_new_tokens, remaining)
+            if isinstance(out, BaseException):  # an endpoint failure ends this episode, recorded
+                traj.stop_reason = f"policy_error: {type(out).__name__}: {out}"[:500]
                 break
             traj.prompt_tokens += out.prompt_tokens
             traj.completion_tokens += out.completion_tokens

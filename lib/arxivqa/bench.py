@@ -1,5 +1,8 @@
 """Benchmarks that write to ``results/`` (never timed asserts in tests).
 
+``python -m arxivqa.bench agent --policy <policy>`` measures episodes/min of an in-process policy one
+episode at a time vs in lockstep batches (``results/bench_agent.json``).
+
 ``python -m arxivqa.bench search`` measures, on the full corpus by default:
 
 - index build time and throughput: document store, bm25s, whoosh, embeddings (default embedder);
@@ -18,12 +21,14 @@ scratch: it deletes ``<index dir>/<name>`` first) is the full index the notebook
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -258,6 +263,52 @@ def render_markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def bench_agent(policy: str, limit: int = 16, preset_name: str = "cpu-warm", batch: int = 8, index=None,
+                out_dir: Path | None = None, paths: Sequence[str] = ("one_at_a_time", "lockstep")) -> dict:
+    """Episodes per minute of an in-process policy on the same dev queries, at a training preset's rollout
+    budgets, prompt and tool view: today's path (one episode at a time, the whole conversation
+    re-encoded every turn) beside lockstep episodes (``batch`` at once, batched decoding, each prompt
+    prefix kept as a KV cache). Writes ``results/bench_agent.json``."""
+    from .agent import make_policy
+    from .corpus import select_queries
+    from .evaluate import run_agent_eval, run_view, trajectory_metrics
+    from .index import open_index
+    from .train import preset, prompt_for, rollout_budgets, tool_view
+
+    cfg = preset(preset_name)
+    view = run_view(policy) or {"system_prompt": prompt_for(cfg), "env_kwargs": tool_view(cfg),
+                                "budgets": rollout_budgets(cfg)}
+    queries = select_queries(split="dev", limit=limit).queries
+    index = index or open_index()
+    loaded = make_policy(policy)
+    result = {"policy": loaded.name, "queries": len(queries), "split": "dev", "preset": preset_name,
+              "budgets": view["budgets"].__dict__, "tool_view": view["env_kwargs"], "machine": _machine(),
+              "threads": __import__("torch").get_num_threads(), "paths": {}}
+    for path in paths:
+        t0 = time.perf_counter()
+        trajs = run_agent_eval(policy, queries, index, budgets=view["budgets"], system_prompt=view["system_prompt"],
+                               env_kwargs=view["env_kwargs"], batch_size=1 if path == "one_at_a_time" else batch,
+                               policy=loaded, progress=False)
+        wall = time.perf_counter() - t0
+        m = [trajectory_metrics(t) for t in trajs]
+        gen = sum(t.completion_tokens for t in trajs)
+        prompt = sum(t.prompt_tokens for t in trajs)
+        cached = sum(s.assistant.cached_prompt_tokens for t in trajs for s in t.steps)
+        result["paths"][path] = {
+            "batch": 1 if path == "one_at_a_time" else batch, "wall_seconds": wall,
+            "episodes_per_minute": 60 * len(trajs) / wall, "completion_tokens": gen,
+            "completion_tokens_per_second": gen / wall, "prompt_tokens": prompt,
+            "prompt_tokens_from_cache": cached, "turns": sum(len(t.steps) for t in trajs),
+            "finished": sum(x["finished"] for x in m) / len(m), "recall@10": sum(x["recall@10"] for x in m) / len(m)}
+        print(path, json.dumps(result["paths"][path]), flush=True)
+    if len(result["paths"]) == 2:
+        a, b = (result["paths"][p]["episodes_per_minute"] for p in paths)
+        result["speedup"] = b / a
+    out = (out_dir or config.results_dir()) / "bench_agent.json"
+    atomic_write_json(out, result)
+    return result
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m arxivqa.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -275,7 +326,16 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--name", default="full")
     m.add_argument("--queries", default=None)
     m.add_argument("--out", default=None)
+    g = sub.add_parser("agent", help="episodes/min of an in-process policy: one at a time vs lockstep batches")
+    g.add_argument("--policy", required=True, help="local:<model> or run:<run>")
+    g.add_argument("--limit", type=int, default=16)
+    g.add_argument("--preset", default="cpu-warm", help="whose rollout budgets, prompt and tool view apply")
+    g.add_argument("--batch", type=int, default=8)
+    g.add_argument("--out", default=None)
     a = ap.parse_args(argv)
+    if a.cmd == "agent":
+        bench_agent(a.policy, a.limit, a.preset, a.batch, out_dir=Path(a.out) if a.out else None)
+        return
     if a.cmd == "semantic":
         bench_semantic(a.name, a.queries, Path(a.out) if a.out else None)
         return

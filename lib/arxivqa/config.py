@@ -68,6 +68,7 @@ class Settings(BaseModel):
     rar_steps: int | None = Field(10, ge=1, description="GRPO steps of each RaR run (likewise)")
     curriculum: Literal["uniform", "easy-to-hard"] = Field("uniform", description="RLVR query order: `uniform` or `easy-to-hard`")
     compare_curriculum: bool = Field(False, description="notebook 04 also trains the other curriculum and compares")
+    train_now: bool = Field(False, description="notebook 04 trains its configured run even when the repository holds committed runs (`make demo` sets it); otherwise it reads them")
     label_queries: int = Field(3, ge=0, description="train queries the labeller runs on in notebook 02")
     triage_queries: int = Field(6, ge=0, description="train queries triaged in notebook 02")
     demo_episodes: int = Field(3, ge=1, description="dev episodes of notebook 03")
@@ -77,6 +78,7 @@ class Settings(BaseModel):
     eval_split: Literal["train", "dev", "all"] = Field("dev", description="which part of that file: `dev`, `train` or `all`")
     eval_limit: int | None = Field(None, ge=1, description="the first N scorable queries of that part (default all)")
     eval_budgets: str | None = Field(None, description="episode budgets of 06/07: `max_turns,max_tool_calls,max_tokens,max_new_tokens` (default `10,30,6000,384`)")
+    eval_batch: int = Field(8, ge=1, description="episodes an in-process policy runs in lockstep (batched decoding, KV cache kept between turns); 1: one at a time")
 
     @classmethod
     def env_var(cls, field: str) -> str:

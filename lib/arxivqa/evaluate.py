@@ -155,11 +155,14 @@ def comparison_table(per_query: pd.DataFrame, metrics: Sequence[str] = TRAJECTOR
 
 
 def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concurrency: int = 1, budgets=None,
-                   progress: bool = True, system_prompt: str | None = None, env_kwargs: dict | None = None):
-    """Run the agent on each query (``concurrency`` episodes at once; 1 for in-process models).
+                   progress: bool = True, system_prompt: str | None = None, env_kwargs: dict | None = None,
+                   batch_size: int | None = None, policy=None):
+    """Run the agent on each query. An in-process policy runs ``batch_size`` episodes in lockstep
+    (default the setting ``eval_batch``: batched decoding, each episode's prompt prefix kept as a KV
+    cache between turns; 1 = one at a time); an endpoint runs ``concurrency`` episodes at once.
     ``system_prompt`` and ``env_kwargs`` (the tool view: ``result_cap``, ``abstract_chars``, ...) default
-    to the agent's own; a trained policy is best evaluated with the prompt and view it was trained on.
-    Returns the trajectories in query order."""
+    to the agent's own; a trained policy is best evaluated with the prompt and view it was trained on
+    (``run_view``). ``policy`` reuses an already loaded policy. Returns the trajectories in query order."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .agent import Agent, make_policy
@@ -167,22 +170,42 @@ def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concu
     from .tools import ArxivEnv
 
     index = index or open_index()
-    agent = Agent(make_policy(policy_spec), budgets or Budgets())
+    agent = Agent(policy or make_policy(policy_spec), budgets or Budgets())
     if system_prompt is not None:
         agent.system_prompt = system_prompt
+    batch_size = batch_size or settings().eval_batch
 
-    def one(q):
-        return agent.run(q, ArxivEnv(index, **(env_kwargs or {})))
+    def env():
+        return ArxivEnv(index, **(env_kwargs or {}))
 
     bar = tqdm(total=len(queries), desc=f"episodes ({agent.policy.name})", unit="episode", disable=not progress)
+    if hasattr(agent.policy, "chat_many") and batch_size > 1:
+        out = agent.run_many(queries, env, batch_size=batch_size, progress=lambda _t: bar.update())
+        bar.close()
+        return out
     out = [None] * len(queries)
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        futures = {pool.submit(one, q): i for i, q in enumerate(queries)}
+        futures = {pool.submit(agent.run, q, env()): i for i, q in enumerate(queries)}
         for fut in futures:
             out[futures[fut]] = fut.result()
             bar.update()
     bar.close()
     return out
+
+
+def run_view(policy_spec: str) -> dict:
+    """For ``run:<run>``: the system prompt, tool view and budgets the run was trained with (its rollouts'
+    turns and completion length), so that a trained policy is evaluated as it was trained; {} otherwise."""
+    from .agent import find_run_folder
+    from .train import TrainConfig, prompt_for, rollout_budgets, tool_view
+
+    kind, _, rest = policy_spec.partition(":")
+    if kind != "run":
+        return {}
+    from pathlib import Path
+
+    cfg = TrainConfig.model_validate_json((Path(find_run_folder(rest)) / "config.json").read_text())
+    return {"system_prompt": prompt_for(cfg), "env_kwargs": tool_view(cfg), "budgets": rollout_budgets(cfg)}
 
 
 def eval_queries(path: str | None = None, split: str | None = None, limit: int | None = None):
@@ -245,9 +268,20 @@ def cached_agent_eval(policy_spec: str, queries: Sequence[Query], path, index=No
         index = index or open_index()
         agent = Agent(make_policy(policy_spec, **policy_kwargs), budgets)
         atomic_write_text(meta_path, json.dumps(meta))
-        for q in tqdm(todo, desc=f"episodes ({policy_spec})", unit="episode", disable=not progress):
-            done[q.qid] = agent.run(q, ArxivEnv(index))
+        bar = tqdm(total=len(todo), desc=f"episodes ({policy_spec})", unit="episode", disable=not progress)
+
+        def keep(t) -> None:
+            done[t.qid] = t
             save_trajectories(path, list(done.values()))
+            bar.update()
+
+        batch = settings().eval_batch
+        if hasattr(agent.policy, "chat_many") and batch > 1:
+            agent.run_many(todo, lambda: ArxivEnv(index), batch_size=batch, progress=keep)
+        else:
+            for q in todo:
+                keep(agent.run(q, ArxivEnv(index)))
+        bar.close()
         del agent
     return [done[q.qid] for q in queries]
 
@@ -271,6 +305,19 @@ def evaluate_trajectories(trajs, index, queries: Sequence[Query], wall_seconds: 
     return per_query, table, by_diff, bench
 
 
+def throughput_line(bench: dict) -> str:
+    """The throughput sentence of an evaluation; a figure that could not be measured (every episode
+    failed before generating) reads "n/a" instead of failing the report."""
+    def fmt(v, spec=".2f", scale=1.0, unit=""):
+        return "n/a" if v is None else f"{v * scale:{spec}}{unit}"
+
+    return (f"{fmt(bench.get('episodes_per_minute'))} episodes/min; tool time "
+            f"{fmt(bench.get('tool_share_of_episode_time'), '.1f', 100, ' %')} of episode time, generation "
+            f"{fmt(bench.get('generation_share_of_episode_time'), '.1f', 100, ' %')}; "
+            f"{fmt(bench.get('completion_tokens_per_second'), '.1f')} completion tokens/s; "
+            f"stop reasons {bench.get('stop_reasons')}.")
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
     import time
@@ -287,10 +334,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="which part of the query file (the deterministic stratified split); 'all' for a held-out file")
     ap.add_argument("--limit", type=int, default=None, help="first N scorable queries of the split")
     ap.add_argument("--concurrency", type=int, default=1, help="episodes at once (endpoints); keep 1 for local models")
-    ap.add_argument("--max-turns", type=int, default=Budgets.max_turns)
-    ap.add_argument("--max-tool-calls", type=int, default=Budgets.max_tool_calls)
-    ap.add_argument("--max-tokens", type=int, default=Budgets.max_tokens)
-    ap.add_argument("--max-new-tokens", type=int, default=Budgets.max_new_tokens)
+    ap.add_argument("--batch", type=int, default=None,
+                    help="episodes an in-process policy runs in lockstep (default: the setting eval_batch; 1: one at a time)")
+    ap.add_argument("--max-turns", type=int, default=None, help=f"default {Budgets.max_turns}, or a run's rollout budget")
+    ap.add_argument("--max-tool-calls", type=int, default=None, help=f"default {Budgets.max_tool_calls}")
+    ap.add_argument("--max-tokens", type=int, default=None, help=f"default {Budgets.max_tokens}, or a run's completion length")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help=f"default {Budgets.max_new_tokens}")
     ap.add_argument("--index", default=None, help="index folder (default: the configured scale's index)")
     ap.add_argument("--name", default=None, help="output name (default: derived from the policy)")
     ap.add_argument("--out", default=None, help="folder (default: <results>/eval)")
@@ -300,12 +349,17 @@ def main(argv: list[str] | None = None) -> None:
     if not queries:
         raise SystemExit("no query with a gold paper in the corpus to evaluate")
     index = open_index(folder=a.index)
-    budgets = Budgets(a.max_turns, a.max_tool_calls, a.max_tokens, a.max_new_tokens)
+    view = run_view(a.policy)  # a trained run: the prompt, tool view and budgets of its rollouts
+    base = view.get("budgets") or Budgets()
+    budgets = Budgets(*(given if given is not None else default for given, default in
+                        zip((a.max_turns, a.max_tool_calls, a.max_tokens, a.max_new_tokens),
+                            (base.max_turns, base.max_tool_calls, base.max_tokens, base.max_new_tokens))))
     name = a.name or "".join(c if c.isalnum() or c in "-._" else "_" for c in a.policy)[:80]
     out = Path(a.out) if a.out else config.results_dir() / "eval"
 
     t0 = time.perf_counter()
-    trajs = run_agent_eval(a.policy, queries, index, a.concurrency, budgets)
+    trajs = run_agent_eval(a.policy, queries, index, a.concurrency, budgets, batch_size=a.batch,
+                           system_prompt=view.get("system_prompt"), env_kwargs=view.get("env_kwargs"))
     wall = time.perf_counter() - t0
     save_trajectories(out / f"{name}.trajectories.jsonl", trajs)
     per_query, table, by_diff, bench = evaluate_trajectories(trajs, index, queries, wall)
@@ -316,9 +370,7 @@ def main(argv: list[str] | None = None) -> None:
     md = (f"# Evaluation: {trajs[0].policy} on {len(trajs)} {a.split} queries ({config.scale()} index)\n\n"
           + table.to_markdown(index=False, floatfmt=".3f") + "\n\n## Recall per difficulty\n\n"
           + by_diff.to_markdown(index=False, floatfmt=".3f") + "\n\n## Throughput\n\n"
-          + f"{bench['episodes_per_minute']:.2f} episodes/min; tool time {100 * (bench['tool_share_of_episode_time'] or 0):.1f} % "
-          + f"of episode time, generation {100 * (bench['generation_share_of_episode_time'] or 0):.1f} %; "
-          + f"{bench['completion_tokens_per_second']:.1f} completion tokens/s; stop reasons {bench['stop_reasons']}.\n")
+          + throughput_line(bench) + "\n")
     atomic_write_text(out / f"{name}.md", md)
     print(md)
 

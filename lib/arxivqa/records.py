@@ -203,6 +203,7 @@ class AssistantTurn(_Usage):
     raw: str = ""  # the model's raw output (local models) or content (API)
     tool_calls: list[ToolCall] = Field(default_factory=list)
     parse_problems: list[str] = Field(default_factory=list)
+    cached_prompt_tokens: int = 0  # of prompt_tokens, how many a KV cache held from the previous turn
 
     @field_validator("text", "raw", mode="before")
     @classmethod
