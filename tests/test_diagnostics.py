@@ -202,3 +202,37 @@ def test_trl_log_frame():
     assert f.loc[1, "rewards/rar/mean"] == 0.5 and math.isnan(f.loc[0, "rewards/rar/mean"])
     assert math.isnan(f.loc[0, "tools/call_frequency"])
     assert trl_log_frame([]).empty
+
+
+def test_gold_by_tool_counts_what_each_search_surfaced_and_what_only_it_did():
+    from arxivqa.diagnostics import gold_by_tool
+    from arxivqa.records import AssistantTurn, Hit, Trajectory, ToolCall, ToolCallRecord
+
+    def traj(kw, sem):
+        t = Trajectory.start({"qid": "q", "query": "x", "gold_in_corpus": ["g1", "g2"]}, "p")
+        step = t.add_step(AssistantTurn(tool_calls=[ToolCall(name="keyword_search", arguments={"query": "x"})]))
+        step.results.append(ToolCallRecord(name="keyword_search", arguments={"query": "x"}, hits=[Hit(arxiv_id=i) for i in kw]))
+        step.results.append(ToolCallRecord(name="semantic_search", arguments={"query": "x"}, hits=[Hit(arxiv_id=i) for i in sem]))
+        return t
+
+    table = gold_by_tool([traj(["g1", "n"], ["g1", "g2"]), traj(["g2"], ["n"])]).set_index("tool")
+    assert table.loc["keyword_search", "gold_surfaced"] == 2 and table.loc["semantic_search", "gold_surfaced"] == 2
+    assert table.loc["keyword_search", "only_this_tool"] == 1 and table.loc["semantic_search", "only_this_tool"] == 1
+    assert abs(table.loc["keyword_search", "share_of_surfaced"] - 2 / 3) < 1e-9
+
+
+def test_seed_verdict_says_as_the_seed_only_when_the_change_is_beyond_noise():
+    import numpy as np
+    import pandas as pd
+
+    from arxivqa.diagnostics import seed_verdict
+
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, 41)
+    log = pd.DataFrame({"step": steps, "reward": np.r_[np.full(20, 0.1), np.full(20, 0.5)] + rng.normal(0, 0.02, 40),
+                        "entropy": np.r_[np.full(20, 0.5), np.full(20, 0.8)] + rng.normal(0, 0.02, 40)})
+    summary = pd.DataFrame({"step": steps, "tool_calls_mean": 4 + rng.normal(0, 0.5, 40)})
+    v = seed_verdict(summary, log, window=10).set_index("measure")["this run"]
+    assert v["reward (TRL)"] == "as the seed"  # rose well beyond its noise
+    assert v["entropy"] == "the opposite"  # the seed's entropy falls; this one rose
+    assert v["tool calls per rollout"] == "no clear change"  # noise only

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
-from .records import Trajectory, content_words, jaccard, search_recall, turn_queries, word_set
+from .records import SEARCH_TOOLS, Trajectory, content_words, jaccard, search_recall, turn_queries, word_set
 
 _THINK = re.compile(r"</?think>")
 _TOKEN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.\-]*[A-Za-z0-9])?")
@@ -309,6 +309,25 @@ def rediagnose(run: dict[str, Any], cfg: DiagnosticsConfig) -> dict[str, Any]:
     return {**run, "rollouts": rollouts, "summary": step_summary(rollouts)}
 
 
+def gold_by_tool(trajs: Sequence[Trajectory]) -> pd.DataFrame:
+    """Which search tool surfaced the gold papers: per tool, the (rollout, gold paper) pairs its results
+    showed, their share of all pairs any search showed, and the pairs only that tool showed. A tool a
+    policy would rightly ignore surfaces almost nothing only it could find."""
+    found: dict[str, set] = {name: set() for name in SEARCH_TOOLS}
+    for i, traj in enumerate(trajs):
+        gold = set(traj.gold_in_corpus)
+        for rec in traj.tool_results:
+            if rec.name in found and not rec.error:
+                found[rec.name] |= {(i, h.arxiv_id) for h in rec.hits if h.arxiv_id in gold}
+    union = set().union(*found.values())
+    rows = []
+    for name, pairs in found.items():
+        others = set().union(*(v for k, v in found.items() if k != name))
+        rows.append({"tool": name, "gold_surfaced": len(pairs), "share_of_surfaced": len(pairs) / len(union) if union else float("nan"),
+                     "only_this_tool": len(pairs - others)})
+    return pd.DataFrame(rows)
+
+
 def signature_window(n_steps: int, most: int = 5) -> int:
     """How many first and last steps to compare: at most ``most``, and never overlapping (one step: 1)."""
     return max(1, min(most, n_steps // 2))
@@ -356,4 +375,38 @@ def early_late(summary: pd.DataFrame, log: pd.DataFrame, window: int | None = No
         f = frame.dropna(subset=[col]).sort_values("step")
         rows.append({"measure": name, f"first {window} {unit}": f[col].head(window).mean(),
                      f"last {window} {unit}": f[col].tail(window).mean()})
+    return pd.DataFrame(rows)
+
+
+# what the seed reports of RLVR, as (measure, frame, column, expected direction from the first to the last steps)
+SEED_SIGNATURE = [("reward (TRL)", "log", "reward", +1), ("entropy", "log", "entropy", -1),
+                  ("tool calls per rollout", "summary", "tool_calls_mean", -1),
+                  ("distinct tools per rollout", "summary", "distinct_tools_mean", -1),
+                  ("share 1 keyword + 1 semantic", "summary", "single_kw_single_sem_rate", +1),
+                  *[(f"failure: {n}", "summary", f"fm_{n}_rate", +1) for n in FAILURE_MODES]]
+
+
+def seed_verdict(summary: pd.DataFrame, log: pd.DataFrame, window: int) -> pd.DataFrame:
+    """Each change the seed reports for RLVR (reward up, entropy down, fewer and less diverse tool calls,
+    converging on 1 keyword + 1 semantic, more failure modes), measured between the first and the last
+    ``window`` steps: the difference of the per-step means with a 95 % interval (normal approximation,
+    Welch standard error over steps) and a verdict — "as the seed" when the interval excludes 0 on the
+    seed's side, "the opposite" when it excludes 0 on the other, "no clear change" otherwise."""
+    frames = {"log": log, "summary": summary}
+    rows = []
+    for name, which, col, sign in SEED_SIGNATURE:
+        f = frames[which]
+        if col not in f or f.empty:
+            continue
+        f = f.dropna(subset=[col]).sort_values("step")
+        first, last = f[col].head(window).to_numpy(float), f[col].tail(window).to_numpy(float)
+        if len(first) < 2 or len(last) < 2:
+            continue
+        diff = last.mean() - first.mean()
+        se = math.sqrt(first.var(ddof=1) / len(first) + last.var(ddof=1) / len(last))
+        lo, hi = diff - 1.96 * se, diff + 1.96 * se
+        verdict = ("as the seed" if (lo > 0 if sign > 0 else hi < 0) else
+                   "the opposite" if (hi < 0 if sign > 0 else lo > 0) else "no clear change")
+        rows.append({"measure": name, "seed": "rises" if sign > 0 else "falls", "first": first.mean(), "last": last.mean(),
+                     "change": diff, "95% low": lo, "95% high": hi, "this run": verdict})
     return pd.DataFrame(rows)

@@ -132,24 +132,45 @@ def triage_confusion(frame: pd.DataFrame, title: str = ""):
     return fig
 
 
-def training_curves(log: pd.DataFrame, title: str = "", keys: Sequence[str] | None = None):
-    """TRL's per-step logs: reward, entropy, KL, tool-call frequency (whatever of them the run logged)."""
+def training_curves(log: pd.DataFrame, title: str = "", keys: Sequence[str] | None = None, smooth: int = 10):
+    """TRL's per-step logs: reward, entropy, KL, tool-call frequency (whatever of them the run logged), four
+    panels a row. A run longer than 30 steps is drawn as a line with its ``smooth``-step rolling mean."""
     keys = [k for k in (keys or ("reward", "entropy", "kl", "tools/call_frequency")) if k in log and log[k].notna().any()]
-    fig, axes = plt.subplots(1, max(1, len(keys)), figsize=(3.4 * max(1, len(keys)), 3.0), squeeze=False)
-    for ax, key in zip(axes[0], keys):
-        sns.lineplot(data=log, x="step", y=key, marker="o", ax=ax)
+    cols = min(4, max(1, len(keys)))
+    rows = max(1, -(-len(keys) // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.8 * rows), squeeze=False)
+    long = log["step"].nunique() > 30 if "step" in log else False
+    for ax, key in zip(axes.flat, keys):
+        data = log[["step", key]].dropna()
+        sns.lineplot(data=data, x="step", y=key, marker=None if long else "o", alpha=0.35 if long else 1.0, ax=ax)
+        if long:
+            ax.plot(data["step"], data[key].rolling(smooth, min_periods=1).mean(), color="#c0392b", lw=1.6,
+                    label=f"{smooth}-step mean")
+            ax.legend(fontsize=6)
         ax.set(title=key, ylabel="")
+    for ax in list(axes.flat)[len(keys):]:
+        ax.set_visible(False)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
 
 
-def tool_calls_per_rollout(frame: pd.DataFrame, title: str = ""):
-    """The distribution of tool calls per rollout at each step (not only the mean)."""
+def tool_calls_per_rollout(frame: pd.DataFrame, title: str = "", max_boxes: int = 25):
+    """The distribution of tool calls per rollout at each step (not only the mean); a long run is shown in
+    windows of consecutive steps (at most ``max_boxes`` boxes)."""
+    frame = frame.copy()
+    steps = sorted(frame["step"].unique()) if len(frame) else []
+    width = max(1, -(-len(steps) // max_boxes))
+    xlabel = "step"
+    if width > 1:
+        first = frame["step"].min()
+        frame["step"] = ((frame["step"] - first) // width) * width + first
+        xlabel = f"first step of each window of {width} steps"
     fig, ax = plt.subplots(figsize=(8, 3.2))
     sns.boxplot(data=frame, x="step", y="tool_calls", color="#cfe0f3", fliersize=0, ax=ax)
-    sns.stripplot(data=frame, x="step", y="tool_calls", size=3, color="#2a5783", alpha=0.6, ax=ax)
-    ax.set(ylabel="tool calls per rollout", title=title or "Tool calls per rollout")
+    sns.stripplot(data=frame, x="step", y="tool_calls", size=2 if width > 1 else 3, color="#2a5783", alpha=0.5, ax=ax)
+    ax.set(ylabel="tool calls per rollout", xlabel=xlabel, title=title or "Tool calls per rollout")
+    ax.tick_params(axis="x", labelsize=7)
     fig.tight_layout()
     return fig
 
@@ -160,8 +181,13 @@ def failure_mode_rates(summary: pd.DataFrame, title: str = ""):
     long = summary.melt(id_vars=["step"], value_vars=cols, var_name="measure", value_name="share")
     long["measure"] = long["measure"].str.removeprefix("fm_").str.removesuffix("_rate")
     fig, ax = plt.subplots(figsize=(8, 3.4))
-    sns.lineplot(data=long, x="step", y="share", hue="measure", marker="o", ax=ax)
-    ax.set(ylim=(-0.02, 1.02), title=title or "Failure modes per step")
+    many = summary["step"].nunique() > 30
+    if many:  # a long run: each measure's 10-step rolling mean (per-step shares of a few rollouts are noise-sized)
+        long = long.sort_values("step")
+        long["share"] = long.groupby("measure")["share"].transform(lambda x: x.rolling(10, min_periods=1).mean())
+    sns.lineplot(data=long, x="step", y="share", hue="measure", marker=None if many else "o", ax=ax)
+    ax.set(ylim=(-0.02, 1.02), title=title or "Failure modes per step",
+           ylabel="share (10-step rolling mean)" if many else "share")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1, 0.5))
     fig.tight_layout()
     return fig
