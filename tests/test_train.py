@@ -7,6 +7,7 @@ import sys
 
 import pandas as pd
 import pytest
+import torch
 
 from arxivqa.corpus import Query
 from arxivqa.diagnostics import load_run
@@ -145,6 +146,24 @@ def test_one_grpo_step_and_a_resume_with_the_packaged_model(built_index, papers,
     policy = make_policy(f"run:{out}")
     turn = policy.chat([{"role": "user", "content": "Find papers on sparse attention."}], tool_schemas(), 4)
     assert policy.name == "run:run" and 0 < turn.completion_tokens <= 4
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))  # TRL's logs, live in TensorBoard
+    # kept in the repository: the compact outputs, the adapter in bf16 naming its base by name, no checkpoints
+    from safetensors.torch import load_file
+
+    from arxivqa.evaluate import main as evaluate_main
+    from arxivqa.train import export_run, read_run
+
+    kept = export_run(out, tmp_path / "committed" / "run")
+    assert read_run(kept).steps_done == 2 and read_run(kept).finished and not list(kept.glob("checkpoint-*"))
+    assert {v.dtype for v in load_file(str(kept / "final" / "adapter_model.safetensors")).values()} == {torch.bfloat16}
+    assert json.loads((kept / "final" / "adapter_config.json").read_text())["base_model_name_or_path"] == cfg.model
+    # evaluated on a query file it never saw, with the prompt, tool view and budgets it was trained with
+    unseen = write_jsonl(tmp_path / "unseen.jsonl", [
+        {"qid": "u0", "query": "message passing for molecules", "gold_in_corpus": [papers[0].arxiv_id]}])
+    evaluate_main(["--policy", f"run:{kept}", "--queries", str(unseen), "--split", "all", "--index",
+                   str(built_index.folder), "--out", str(tmp_path / "eval"), "--name", "kept"])
+    result = json.loads((tmp_path / "eval" / "kept.json").read_text())
+    assert result["bench"]["episodes"] == 1 and result["bench"]["split"] == "all"
 
 
 def test_tool_calls_written_as_bare_or_fenced_json_are_read_during_training():

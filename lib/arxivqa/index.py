@@ -554,10 +554,10 @@ _OPEN: dict[tuple, SearchIndex] = {}
 _OPEN_LOCK = threading.Lock()
 
 
-def open_index_spec(spec: str | Path | None = None) -> SearchIndex:
+def open_index_spec(spec: str | Path | None = None, embedder: str | None = None) -> SearchIndex:
     """``open_index`` for a setting that names an index (under the index directory) or gives its folder."""
     folder = Path(spec) if spec and Path(spec).exists() else None
-    return open_index(None if folder else (str(spec) if spec else None), folder=folder)
+    return open_index(None if folder else (str(spec) if spec else None), folder=folder, embedder=embedder)
 
 
 def open_index(name: str | None = None, folder: str | Path | None = None, keyword_engine: str | None = None,

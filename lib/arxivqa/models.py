@@ -138,7 +138,64 @@ def resolve_model(name: str | None = None) -> str:
     derived = config.settings().models_dir / name  # a model made here, e.g. a warm start (arxivqa.sft)
     if "/" not in name and (derived / "config.json").exists():
         return str(derived)
+    committed = warm_start_dir(name)
+    if "/" not in name and (committed / "adapter" / "adapter_config.json").exists():
+        return str(rebuild_warm_start(name))
     return name
+
+
+def shrink_adapter(folder: str | Path, dtype: str = "bfloat16", base: str | None = None) -> Path:
+    """A saved LoRA adapter's weights stored in ``dtype`` (bfloat16 halves them), and, given ``base``, its
+    config naming the base model by name instead of this machine's path. Returns the folder."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from .files import atomic_write_text
+
+    folder = Path(folder)
+    weights = folder / "adapter_model.safetensors"
+    if weights.exists():
+        save_file({k: v.to(getattr(torch, dtype)) for k, v in load_file(str(weights)).items()}, str(weights))
+    conf_path = folder / "adapter_config.json"
+    if base is not None and conf_path.exists():
+        conf = json.loads(conf_path.read_text())
+        conf["base_model_name_or_path"] = base
+        atomic_write_text(conf_path, json.dumps(conf, indent=2))
+    return folder
+
+
+def warm_start_dir(name: str) -> Path:
+    """Where a warm start's committed record lives: ``results/warm_start/<name>/`` (``sft.json`` and the
+    LoRA ``adapter/``), which is all a fresh clone needs to rebuild the model."""
+    return config.results_dir() / "warm_start" / name
+
+
+def rebuild_warm_start(name: str) -> Path:
+    """The merged warm-start model ``<models_dir>/<name>`` rebuilt from its committed adapter and its base
+    (a packaged model): seconds, offline. Returns the folder."""
+    import json
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = warm_start_dir(name)
+    info = json.loads((src / "sft.json").read_text())
+    base = resolve_model(info["base"])
+    dtype = getattr(torch, resolve_dtype(info.get("settings", {}).get("dtype", "auto")))
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
+    merged = PeftModel.from_pretrained(model, str(src / "adapter")).merge_and_unload()
+    out = config.settings().models_dir / name
+    tmp = out.with_name(out.name + ".rebuild")
+    shutil.rmtree(tmp, ignore_errors=True)
+    merged.save_pretrained(str(tmp))
+    AutoTokenizer.from_pretrained(base).save_pretrained(str(tmp))
+    shutil.copy(src / "sft.json", tmp / "sft.json")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
 
 
 def cpu_has_bf16() -> bool:

@@ -331,6 +331,7 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     trainer.train()
     seconds = time.perf_counter() - t0
     moved = lora_norm(trainer.model)
+    save_adapter(trainer.model, out / "adapter", base=s.model)  # small enough to commit; `models` rebuilds the merged model from it
     merged = trainer.model.merge_and_unload()
     merged.save_pretrained(str(out))
     original = AutoTokenizer.from_pretrained(path)  # keep the model's own (inference) chat template
@@ -344,6 +345,30 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     return info
 
 
+def publish_warm_start(model_dir: str | Path) -> Path:
+    """Copy a trained warm start's record (``sft.json``, the bf16 LoRA ``adapter/``) to
+    ``results/warm_start/<name>/``, from which ``models.resolve_model`` rebuilds the model on a fresh clone."""
+    import shutil
+
+    from .models import warm_start_dir
+
+    src = Path(model_dir)
+    dst = warm_start_dir(src.name)
+    dst.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src / "adapter", dst / "adapter", dirs_exist_ok=True)
+    shutil.copy(src / "sft.json", dst / "sft.json")
+    return dst
+
+
+def save_adapter(model, folder: str | Path, dtype: str = "bfloat16", base: str | None = None) -> Path:
+    """A PEFT model's LoRA adapter saved in ``dtype`` (bfloat16 halves it: ~10 MB for r 16 on SmolLM2-135M);
+    ``base`` names the base model in its config instead of this machine's path."""
+    from .models import shrink_adapter
+
+    model.save_pretrained(str(folder))
+    return shrink_adapter(folder, dtype, base)
+
+
 def evaluate_warm_start(model: str, queries: Sequence[Query], train_cfg=None, index=None, seed: int = 0,
                         progress: bool = True) -> tuple[dict, list[Trajectory], list[Trajectory]]:
     """The warm-started policy and its teacher on the same queries, with the prompt, tool view and budgets
@@ -353,14 +378,12 @@ def evaluate_warm_start(model: str, queries: Sequence[Query], train_cfg=None, in
 
     from .evaluate import run_agent_eval, trajectory_metrics
     from .index import open_index
-    from .records import Budgets
     from .tools import ArxivEnv
-    from .train import preset, prompt_for, tool_view
+    from .train import preset, prompt_for, rollout_budgets, tool_view
 
     cfg = train_cfg or preset("cpu-warm")
     index = index or open_index()
-    budgets = Budgets(max_turns=cfg.max_tool_calling_iterations + 1, max_tool_calls=30,
-                      max_tokens=cfg.max_completion_length, max_new_tokens=min(256, cfg.max_completion_length))
+    budgets = rollout_budgets(cfg)
     t0 = time.perf_counter()
     policy = run_agent_eval(f"local:{model}", queries, index, budgets=budgets, progress=progress,
                             system_prompt=prompt_for(cfg), env_kwargs=tool_view(cfg))
@@ -399,6 +422,7 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--threads", type=int, default=None)
     t.add_argument("--limit", type=int, default=None, help="N selected demonstrations, spread over queries")
     t.add_argument("--max-length", type=int, default=SFTSettings().max_length)
+    t.add_argument("--lr", type=float, default=SFTSettings().learning_rate)
     e = sub.add_parser("eval", help="a warm-started model and the teacher on dev queries (rollout prompt, view, budgets)")
     e.add_argument("--model", required=True, help="a model folder (e.g. the output of `train`) or packaged name")
     e.add_argument("--limit", type=int, default=20)
@@ -414,7 +438,8 @@ def main(argv: list[str] | None = None) -> None:
     elif a.cmd == "train":
         demos = spread(load_demos(a.demos), a.limit)
         info = train_sft(demos, a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads,
-                                                   max_length=a.max_length))
+                                                   max_length=a.max_length, learning_rate=a.lr))
+        publish_warm_start(a.out)
         print(json.dumps({k: v for k, v in info.items() if k != "log"}, indent=2, default=str))
     else:
         from .files import atomic_write_json
@@ -424,7 +449,9 @@ def main(argv: list[str] | None = None) -> None:
         from .train import preset
 
         summary, policy, teacher = evaluate_warm_start(a.model, queries, preset(a.preset))
-        out = Path(a.out or settings().results_dir / "warm_start" / f"{Path(a.model).name}.json")
+        from .models import warm_start_dir
+
+        out = Path(a.out or warm_start_dir(Path(a.model).name) / "eval.json")
         atomic_write_json(out, summary)
         save_trajectories(out.with_suffix(".trajectories.jsonl"), policy + teacher)
         print(json.dumps(summary, indent=2))

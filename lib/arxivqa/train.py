@@ -88,6 +88,7 @@ class TrainConfig(BaseModel):
     limit: int | None = None
     curriculum: Literal["uniform", "easy-to-hard"] = "uniform"
     index: str | None = None  # index name or folder (default: the scale's index)
+    embedder: str | None = None  # the semantic side of the index (default: the setting `embedder`)
     tool_max_results: int = 3
     tool_abstract_chars: int = 0  # cpu-demo: titles only (IDs, dates, titles), so two search rounds fit in 512 tokens
     tool_snippet_chars: int = 120
@@ -105,6 +106,7 @@ class TrainConfig(BaseModel):
     max_seq_length: int = 4096  # GPU path (unsloth)
     gpu_memory_utilization: float = 0.6
     threads: int | None = None
+    tensorboard: bool = True  # TRL's logs also go to <out>/tensorboard (`tensorboard --logdir <out>`), when installed
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -180,6 +182,15 @@ def tool_view(cfg: TrainConfig) -> dict[str, int]:
     evaluation of a trained policy all use it)."""
     return dict(result_cap=cfg.tool_max_results, abstract_chars=cfg.tool_abstract_chars,
                 snippet_chars=cfg.tool_snippet_chars, max_snippets=cfg.tool_max_snippets)
+
+
+def rollout_budgets(cfg: TrainConfig):
+    """The agent's ``Budgets`` that match a run's rollouts: its tool rounds (+ the final turn) and its
+    completion length (here: generated tokens only; TRL also counts tool tokens in it)."""
+    from .records import Budgets
+
+    return Budgets(max_turns=cfg.max_tool_calling_iterations + 1, max_tool_calls=30,
+                   max_tokens=cfg.max_completion_length, max_new_tokens=min(256, cfg.max_completion_length))
 
 
 def prompt_for(cfg: TrainConfig) -> str:
@@ -420,7 +431,7 @@ def grpo_args(cfg: TrainConfig, out: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the run
 
 
-def _callbacks(out: Path, clock: StepClock):
+def _callbacks(out: Path, clock: StepClock, tensorboard: bool = False):
     from transformers import TrainerCallback
 
     class Recorder(TrainerCallback):
@@ -447,7 +458,16 @@ def _callbacks(out: Path, clock: StepClock):
         def on_log(self, args, state, control, logs=None, **kw):
             atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state.log_history))
 
-    return [Recorder()]
+    callbacks = [Recorder()]
+    if tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+            from transformers.integrations import TensorBoardCallback
+        except ImportError:  # tensorboard not installed: the JSONL logs are the record
+            pass
+        else:  # what report_to="tensorboard" adds, with the writer in the run folder
+            callbacks.append(TensorBoardCallback(tb_writer=SummaryWriter(str(out / "tensorboard"))))
+    return callbacks
 
 
 def lora_norm(model) -> float:
@@ -474,7 +494,7 @@ def _timed(fn: Callable, clock: StepClock, key: str) -> Callable:
 # --------------------------------------------------------------------------- the run registry
 
 # Fields that do not change what a run is (how it was executed, not what it learned).
-_NOT_IDENTITY = frozenset({"threads", "save_steps", "preset"})
+_NOT_IDENTITY = frozenset({"threads", "save_steps", "preset", "tensorboard"})
 
 
 class RunInfo(BaseModel):
@@ -557,6 +577,13 @@ def find_runs(roots: Sequence[str | Path] | None = None, finished: bool | None =
             and all(getattr(r.config, k) == v for k, v in what.items())]
 
 
+def committed_runs(**what: Any) -> list[RunInfo]:
+    """Finished runs kept with the repository (``<results>/runs``) whose config has the given field values,
+    longest first (the runs a notebook shows by default)."""
+    runs = find_runs([settings().results_dir / "runs"], finished=True, **what)
+    return sorted(runs, key=lambda r: -r.steps_done)
+
+
 def find_run(cfg: TrainConfig, roots: Sequence[str | Path] | None = None, finished: bool | None = True) -> RunInfo | None:
     """The run that is exactly ``cfg`` (same identity: every field but how it was executed), or None."""
     ident = run_identity(cfg)
@@ -629,7 +656,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
     from .tools import ArxivEnv
 
     if index is None:
-        index = open_index_spec(cfg.index)
+        index = open_index_spec(cfg.index, embedder=cfg.embedder)
     queries = load_training_queries(cfg)
     if not queries:
         raise ValueError("no training queries with gold papers in the corpus")
@@ -645,7 +672,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
     set_library_default("TRL_EXPERIMENTAL_SILENCE", "1")
     common = dict(reward_funcs=[make_reward_func(cfg, log, clock, scorer)], args=args,
                   train_dataset=build_dataset(queries, prompt_for(cfg)), environment_factory=env_factory,
-                  callbacks=_callbacks(out, clock))
+                  callbacks=_callbacks(out, clock, cfg.tensorboard))
     if cfg.gpu:
         trainer = GRPOTrainer(model=model, processing_class=tokenizer, **common)
     else:
@@ -660,6 +687,46 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
     return trainer
 
 
+RUN_FILES = ("config.json", "metrics.jsonl", "rollouts.jsonl", "timing.jsonl")
+
+
+def export_run(src: str | Path, dst: str | Path | None = None, max_adapter_mb: float = 10.0) -> Path:
+    """A run's compact outputs copied where the repository keeps runs (default ``<results>/runs/<name>``):
+    config, TRL's metrics, every scored rollout, the step timing, the TensorBoard events, and the final
+    LoRA adapter stored in bfloat16 when that fits in ``max_adapter_mb`` (checkpoints stay behind).
+    Returns the destination; ``read_run``/``load_run`` and ``run:<name>`` read it like any run."""
+    import shutil
+
+    from .models import shrink_adapter
+
+    src = Path(src)
+    info = read_run(src)
+    if not info.finished:
+        raise ValueError(f"{src} has no final/ adapter: finish (or --resume) the run before exporting it")
+    dst = Path(dst) if dst else settings().results_dir / "runs" / src.name
+    tmp = dst.with_name(dst.name + ".export")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in RUN_FILES:
+        if (src / name).exists():
+            shutil.copy(src / name, tmp / name)
+    if (src / "tensorboard").is_dir():
+        shutil.copytree(src / "tensorboard", tmp / "tensorboard")
+    final = tmp / "final"
+    final.mkdir()
+    for f in ("adapter_config.json", "adapter_model.safetensors"):
+        shutil.copy(src / "final" / f, final / f)
+    shrink_adapter(final, base=info.config.model)
+    size = (final / "adapter_model.safetensors").stat().st_size / 2**20
+    if size > max_adapter_mb:
+        shutil.rmtree(final)  # too large to keep in git: the run is still readable, not loadable as a policy
+        atomic_write_text(tmp / "ADAPTER.md", f"The final adapter ({size:.1f} MB in bfloat16) was not kept "
+                          f"(limit {max_adapter_mb} MB); retrain with `python -m arxivqa.train` and the config here.\n")
+    shutil.rmtree(dst, ignore_errors=True)
+    tmp.rename(dst)
+    return dst
+
+
 def _parse_value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -670,7 +737,18 @@ def _parse_value(text: str) -> Any:
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m arxivqa.train", description=__doc__.split("\n\n")[0])
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "export":
+        e = argparse.ArgumentParser(prog="python -m arxivqa.train export",
+                                    description="copy a finished run's compact outputs to <results>/runs/<name>")
+        e.add_argument("run", help="run folder")
+        e.add_argument("--to", default=None, help="destination (default: <results>/runs/<run name>)")
+        ea = e.parse_args(argv[1:])
+        print(export_run(ea.run, ea.to))
+        return
+    p = argparse.ArgumentParser(prog="python -m arxivqa.train", description=__doc__.split("\n\n")[0],
+                                epilog="python -m arxivqa.train export <run> copies a finished run into results/runs/")
     p.add_argument("--preset", default="cpu-demo", choices=sorted(PRESETS))
     p.add_argument("--reward", choices=["rlvr", "rar"], default=None)
     p.add_argument("--out", required=True, help="run folder (config, metrics, rollouts, timing, checkpoints)")
