@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 REQS ?= requirements.txt
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start clean-index
+.PHONY: setup test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start train-long clean-index
 
 setup: $(VENV)/.setup-done  ## create .venv, install the pinned CPU set, prepare the offline embedder
 
@@ -25,6 +25,7 @@ test: setup  ## the test suite (a few minutes on 2 cores)
 
 # CPU demo scale of `make demo` (each a setting; override any on the command line or in the environment)
 demo: export ARXIVQA_LABEL_QUERIES ?= 1
+demo: export ARXIVQA_TRAIN_NOW ?= 1
 demo: export ARXIVQA_TRIAGE_QUERIES ?= 3
 demo: export ARXIVQA_DEMO_EPISODES ?= 1
 demo: export ARXIVQA_TRAIN_STEPS ?= 3
@@ -79,14 +80,30 @@ train-rlvr: setup  ## cpu-demo RLVR GRPO run (20 steps) -> data/runs/rlvr-cli
 train-rar: setup  ## cpu-demo RaR GRPO run with the local judge -> data/runs/rar-cli
 	$(PY) -m arxivqa.train --preset cpu-demo --reward rar --set max_steps=10 --out data/runs/rar-cli
 
-# The warm start (cold-start SFT) of issue 12: teacher demonstrations of the train split, LoRA SFT of the
-# chosen policy model on them, and its measurement next to the teacher on dev queries (rollout view).
+# The warm start (cold-start SFT): teacher demonstrations of the train split, LoRA SFT of the policy model
+# on them (its adapter is kept in results/warm_start/<model>-sft/), and its measurement next to the teacher
+# on dev queries with the rollout prompt, tool view and budgets (~40 min on 2 cores).
 WARM_MODEL ?= smollm2-135m-tools
 WARM_DEMOS ?= 64
-warm-start: setup  ## demonstrations -> SFT -> data/models/$(WARM_MODEL)-sft -> results/warm_start/
+warm-start: setup  ## demonstrations -> SFT -> data/models/$(WARM_MODEL)-sft -> results/warm_start/$(WARM_MODEL)-sft/
 	$(PY) -m arxivqa.sft demos --per-query 3 --out data/sft/demos.jsonl
-	$(PY) -m arxivqa.sft train --demos data/sft/demos.jsonl --model $(WARM_MODEL) --limit $(WARM_DEMOS) --epochs 1 --out data/models/$(WARM_MODEL)-sft
+	$(PY) -m arxivqa.sft train --demos data/sft/demos.jsonl --model $(WARM_MODEL) --limit $(WARM_DEMOS) --epochs 2 --lr 3e-4 --out data/models/$(WARM_MODEL)-sft
 	$(PY) -m arxivqa.sft eval --model $(WARM_MODEL)-sft --limit 20
+
+# The long RLVR runs kept in the repository: the cpu-warm preset from the warm start, uniform and
+# easy-to-hard, LONG_STEPS GRPO steps each, on the demo index with the MiniLM semantic side; each is
+# exported (config, metrics, rollouts, timing, TensorBoard events, bf16 adapter) to results/runs/<name>/.
+# A run that is interrupted resumes from its last checkpoint when the target is run again.
+LONG_STEPS ?= 100
+LONG_RUNS := rlvr-cpu-warm-uniform-$(LONG_STEPS)steps-seed0 rlvr-cpu-warm-easy-to-hard-$(LONG_STEPS)steps-seed0
+train-long: setup  ## the two committed RLVR runs (cpu-warm, LONG_STEPS steps each) -> results/runs/
+	$(PY) -m arxivqa.index build --embedder minilm-128
+	for c in uniform easy-to-hard; do \
+	  run=data/runs/rlvr-cpu-warm-$$c-$(LONG_STEPS)steps-seed0; \
+	  resume=$$([ -f $$run/config.json ] && echo --resume); \
+	  $(PY) -m arxivqa.train --preset cpu-warm --reward rlvr --set curriculum=$$c --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
+	  $(PY) -m arxivqa.train export $$run || exit 1; \
+	done
 
 edit: setup  ## open the notebooks in marimo
 	$(VENV)/bin/marimo edit notebooks/

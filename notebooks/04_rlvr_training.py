@@ -13,18 +13,18 @@ def _():
 
     from arxivqa import config
     from arxivqa.config import settings
-    from arxivqa.diagnostics import (DiagnosticsConfig, early_late, load_run, rediagnose, rollout_choices,
-                                     rollout_detail, signature_window)
+    from arxivqa.diagnostics import (DiagnosticsConfig, early_late, gold_by_tool, load_run, rediagnose, rollout_choices,
+                                     rollout_detail, seed_verdict, signature_window)
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
     from arxivqa.plots import (failure_mode_rates, save, save_table, step_time, tool_calls_per_rollout,
                                training_curves)
     from arxivqa.records import trajectory_markdown
-    from arxivqa.train import (TrainConfig, configured, find_run, find_runs, read_run, run_options, same_run,
-                               train_or_load)
+    from arxivqa.train import (TrainConfig, committed_runs, configured, find_run, find_runs, read_run, run_options,
+                               same_run, train_or_load)
 
-    return (DiagnosticsConfig, TrainConfig, atomic_write_json, build_for_scale, config, configured, early_late,
-            failure_mode_rates, find_run, find_runs, load_run, mo, pd, read_run, rediagnose, rollout_choices, rollout_detail,
+    return (DiagnosticsConfig, TrainConfig, atomic_write_json, build_for_scale, committed_runs, config, configured, early_late,
+            failure_mode_rates, find_run, find_runs, gold_by_tool, load_run, seed_verdict, mo, pd, read_run, rediagnose, rollout_choices, rollout_detail,
             run_options, same_run, save,
             save_table, settings, signature_window, step_time, tool_calls_per_rollout, train_or_load, training_curves,
             trajectory_markdown, typing)
@@ -78,20 +78,30 @@ def _(TrainConfig, mo, s, typing):
 
 
 @app.cell
-def _(configured, curriculum, index, mo, s, train_or_load):
+def _(committed_runs, configured, curriculum, index, mo, s, train_or_load):
     cfg = configured("rlvr", s, curriculum=curriculum.value)
-    with mo.status.spinner(title=f"GRPO ({cfg.preset}, {cfg.curriculum}, {cfg.max_steps} steps): train or read back"):
-        trained = train_or_load(cfg, index)
-    mo.md(f"RLVR run `{trained['run']}` ({cfg.curriculum}): "
-          + (f"trained now in {trained['seconds']:.0f} s." if trained["trained_now"]
-             else "read back (the registry holds a finished run with exactly this configuration)."))
-    return cfg, trained
+    committed = committed_runs(reward="rlvr", curriculum=curriculum.value)
+    if s.train_now or not committed:
+        with mo.status.spinner(title=f"GRPO ({cfg.preset}, {cfg.curriculum}, {cfg.max_steps} steps): train or read back"):
+            trained = train_or_load(cfg, index)
+        _msg = (f"RLVR run `{trained['run']}` ({cfg.curriculum}): "
+                + (f"trained now in {trained['seconds']:.0f} s." if trained["trained_now"]
+                   else "read back (the registry holds a finished run with exactly this configuration)."))
+    else:
+        trained = {"run": None, "path": None, "trained_now": False, "seconds": 0.0}
+        _msg = (f"Not training: the repository holds {len(committed)} finished `{curriculum.value}` RLVR run(s) under "
+                "`results/runs/`, read below. `ARXIVQA_TRAIN_NOW=1` (as `make demo` sets) also trains the configured "
+                f"run ({cfg.preset}, {cfg.max_steps} steps); `make train-long` retrains the committed ones.")
+    mo.md(_msg)
+    return cfg, committed, trained
 
 
 @app.cell
-def _(find_runs, mo, run_options, same_run, trained):
+def _(committed, find_runs, mo, run_options, same_run, trained):
     _options = run_options(find_runs(reward="rlvr", finished=True))
-    _default = next((k for k, r in _options.items() if same_run(r, trained["path"])), next(iter(_options), None))
+    # default: the longest committed run of this curriculum (the long run a reader came for), else the run trained now
+    _want = committed[0].path if committed else trained["path"]
+    _default = next((k for k, r in _options.items() if same_run(r, _want)), next(iter(_options), None))
     run_pick = mo.ui.dropdown(options=_options, value=_default, label="RLVR run to read (finished runs of the registry)")
     mo.hstack([run_pick], justify="start")
     return (run_pick,)
@@ -137,7 +147,8 @@ def _(info, s):
 @app.cell
 def _(mo, run, run_cfg, run_title, save, step_seconds, step_time, tool_calls_per_rollout, training_curves):
     fig_curves = training_curves(run["log"], title=f"RLVR ({run_cfg.curriculum}): {run_title}",
-                                 keys=("reward", "rlvr/search_recall", "entropy", "kl", "tools/call_frequency"))
+                                 keys=("reward", "reward_std", "signal_share", "lora_norm", "rlvr/search_recall",
+                                       "entropy", "kl", "rollout/tool_calls"))
     save(fig_curves, "04_training_curves.png")
     fig_tools = tool_calls_per_rollout(run["rollouts"], title=f"Tool calls per rollout (each dot a rollout)\n{run_title}")
     save(fig_tools, "04_tool_calls_per_rollout.png")
@@ -196,6 +207,36 @@ def _(diag, failure_mode_rates, mo, n_steps, plural, rollouts_per_step, run_titl
     the first {plural(window, 'step')} and the last {plural(window, 'step')} of this run's {n_steps} side by side;
     with {plural(rollouts_per_step, 'rollout')} a step, a change of a few rollouts is noise-sized.{_overlap}
     """), mo.ui.table(signature, selection=None), fig_fm])
+    return
+
+
+@app.cell
+def _(diag, mo, n_steps, plural, save_table, seed_verdict):
+    _window = max(2, min(20, n_steps // 4))
+    verdict = seed_verdict(diag["summary"], diag["log"], _window)
+    save_table(verdict, "04_seed_verdict")
+    if verdict.empty:
+        _text = f"This run's {plural(n_steps, 'step')} are too few to compare its first and last steps with the seed."
+    else:
+        _counts = verdict["this run"].value_counts()
+        _text = (f"Between its first and last {plural(_window, 'step')} (of {n_steps}), this run shows "
+                 f"{_counts.get('as the seed', 0)} of the seed's {len(verdict)} RLVR changes beyond noise, "
+                 f"{_counts.get('the opposite', 0)} the other way, and {_counts.get('no clear change', 0)} not at all. "
+                 + ("The seed's plateau near step 100 and entropy collapse near step 200 lie beyond this run's "
+                    f"{plural(n_steps, 'step')}." if n_steps < 200 else ""))
+    mo.vstack([mo.md("## What this run reproduces of the seed, and what it does not\n" + _text),
+               mo.ui.table(verdict, selection=None)])
+    return
+
+
+@app.cell
+def _(gold_by_tool, mo, run, save_table):
+    _trajs = [t for _, t in run["trajectories"]]
+    by_tool = gold_by_tool(_trajs)
+    save_table(by_tool, "04_gold_by_tool")
+    mo.vstack([mo.md("## Which tool found the gold papers\nOver all rollouts of the run: the (rollout, gold paper) "
+                     "pairs each search tool's results showed, and those only that tool showed."),
+               mo.ui.table(by_tool, selection=None)])
     return
 
 
@@ -261,31 +302,44 @@ def _(mo, rollout_detail, rollout_pick, run):
 
 
 @app.cell
-def _(configured, curricula, curriculum, find_run, index, load_run, mo, pd, plural, read_run, s, save, save_table,
-      train_or_load, trained):
+def _(committed_runs, configured, curricula, curriculum, find_run, index, load_run, mo, pd, plural, read_run, s, save,
+      save_table, train_or_load, trained):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
     _other = next(x for x in curricula if x != curriculum.value)
+    _mine, _theirs = (committed_runs(reward="rlvr", curriculum=c) for c in (curriculum.value, _other))
     _cfg2 = configured("rlvr", s, curriculum=_other)
-    if s.compare_curriculum:
-        with mo.status.spinner(title=f"training the {_other} schedule for comparison (or reading it back)"):
-            train_or_load(_cfg2, index)
-    _info1, _info2 = read_run(trained["path"]), find_run(_cfg2)
+    if _mine and _theirs and not s.train_now:  # the committed long runs of both schedules
+        _info1, _info2 = _mine[0], _theirs[0]
+    else:
+        if s.compare_curriculum:
+            with mo.status.spinner(title=f"training the {_other} schedule for comparison (or reading it back)"):
+                train_or_load(_cfg2, index)
+        _info1 = read_run(trained["path"]) if trained["path"] is not None else _mine[0]
+        _info2 = find_run(_cfg2)
     _run1 = load_run(_info1.path)
     if _info2 is not None:
         _run2 = load_run(_info2.path)
         _both = pd.concat([_run1["rollouts"].assign(schedule=curriculum.value), _run2["rollouts"].assign(schedule=_other)])
         _cmp = (_both.groupby("schedule")[["reward/total", "reward/search_recall", "tool_calls", "distinct_tools",
                                           "single_kw_single_sem"]].mean().reset_index())
+        _cmp["steps"] = _cmp["schedule"].map({curriculum.value: _info1.steps_done, _other: _info2.steps_done})
         save_table(_cmp, "04_curriculum")
+        _per_step = (_both.groupby(["schedule", "step"])["reward/search_recall"].mean().reset_index()
+                     .sort_values("step"))
+        _per_step["10-step mean"] = _per_step.groupby("schedule")["reward/search_recall"].transform(
+            lambda x: x.rolling(10, min_periods=1).mean())
         _fig, _ax = plt.subplots(figsize=(7, 3.2))
-        sns.lineplot(data=_both, x="step", y="reward/search_recall", hue="schedule", marker="o", ax=_ax)
+        sns.lineplot(data=_per_step, x="step", y="10-step mean", hue="schedule", ax=_ax)
         _labels = " / ".join(dict.fromkeys([_info1.label(), _info2.label()]))
-        _ax.set(title=f"Search recall per step: {curriculum.value} vs. {_other}\n{_labels} · {s.scale} index")
+        _ax.set(title=f"Search recall of the rollouts (10-step mean): {curriculum.value} vs. {_other}\n{_labels} · {s.scale} index",
+                ylabel="search recall")
         _ax.title.set_fontsize(9)
         save(_fig, "04_curriculum.png")
-        _out = mo.vstack([mo.md(f"## Curriculum: `{curriculum.value}` vs. `{_other}`"),
+        _out = mo.vstack([mo.md(f"## Curriculum: `{curriculum.value}` vs. `{_other}`\n"
+                                f"Runs `{_info1.name}` and `{_info2.name}`; the easy-to-hard run meets its hard "
+                                "queries last, so its late steps are not comparable query-for-query."),
                           mo.ui.table(_cmp, selection=None), _fig])
     else:
         _t = _run1["timing"]
