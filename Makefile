@@ -3,22 +3,53 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# requirements-gpu.txt (with VENV=.venv-gpu) on a CUDA machine
+# requirements-gpu.txt (with VENV=.venv-gpu) on a CUDA machine: make setup-gpu
 REQS ?= requirements.txt
+# what make setup installs: the lock of $(REQS) (make lock), every package pinned and hashed
+LOCK ?= $(REQS:.txt=.lock)
+# the Python each lock is resolved for (make setup checks it), and the platform: Linux x86_64, glibc >= 2.28
+# (CPU) / >= 2.31 (GPU: llguidance, a vLLM dependency, has no wheel for older glibc)
+CPU_PY := 3.11
+GPU_PY := 3.12
+LOCK_PY = $(if $(findstring gpu,$(LOCK)),$(GPU_PY),$(CPU_PY))
+GPU_PYTHON ?= python$(GPU_PY)
+# make lock: uv from .venv (requirements.txt installs it), else the one on PATH
+UV ?= $(firstword $(wildcard $(VENV)/bin/uv) $(shell command -v uv))
+# where the CPU build of torch (torch==2.13.0+cpu) is found when locking the CPU set: this project's machines
+# keep it in pip's find-links folder /opt/wheels (README: "Locks" says what to do on machines without it)
+TORCH_CPU_WHEELS ?= /opt/wheels
+# extra uv options for make lock, e.g. LOCK_FLAGS=--upgrade to re-resolve every package to its newest fit
+LOCK_FLAGS ?=
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start train-long clean-index
+.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start train-long clean-index
 
-setup: $(VENV)/.setup-done  ## create .venv, install the pinned CPU set, prepare the offline embedder
+setup: $(VENV)/.setup-done  ## create .venv, install the locked CPU set (requirements.lock), prepare the offline embedder
 
-$(VENV)/.setup-done: $(REQS) requirements-nodeps.txt pyproject.toml
+$(VENV)/.setup-done: $(LOCK) requirements-nodeps.txt pyproject.toml
+	@$(PYTHON) -c "import sys; v = '%d.%d' % sys.version_info[:2]; sys.exit(0 if v == '$(LOCK_PY)' else '$(LOCK) is resolved for Python $(LOCK_PY), but $(PYTHON) is Python ' + v + ': set PYTHON=python$(LOCK_PY)')"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install -r $(REQS)
+	$(PY) -m pip install --require-hashes -r $(LOCK)
 	$(PY) -m pip install --no-deps -r requirements-nodeps.txt
 	$(PY) -m pip install --no-deps -e .
 	$(PY) -m arxivqa.embed prepare
 	touch $@
+
+setup-gpu:  ## the GPU set from requirements-gpu.lock into .venv-gpu (Linux x86_64, Python 3.12, CUDA GPU; see README: GPU setup)
+	$(MAKE) setup VENV=.venv-gpu REQS=requirements-gpu.txt PYTHON=$(GPU_PYTHON)
+
+# Both locks from their requirements files, for Linux x86_64: resolved from the registry's metadata (no builds),
+# every file hashed. Locked versions that still fit are kept; LOCK_FLAGS=--upgrade takes the newest.
+lock:  ## re-resolve requirements.txt -> requirements.lock and requirements-gpu.txt -> requirements-gpu.lock
+	@test -n "$(UV)" || { echo "make lock needs uv: make setup installs it into $(VENV) (or pass UV=/path/to/uv)"; exit 1; }
+	UV_PYTHON_DOWNLOADS=never $(UV) pip compile requirements.txt -o requirements.lock --python-version $(CPU_PY) \
+		--python-platform x86_64-manylinux_2_28 --find-links $(TORCH_CPU_WHEELS) --no-build --generate-hashes \
+		--custom-compile-command "make lock" $(LOCK_FLAGS) >/dev/null
+	@grep -q '^torch==[^ ]*+cpu ' requirements.lock || { echo "requirements.lock: torch is not the CPU build: put torch-2.13.0+cpu in TORCH_CPU_WHEELS ($(TORCH_CPU_WHEELS))"; exit 1; }
+	UV_PYTHON_DOWNLOADS=never $(UV) pip compile requirements-gpu.txt -o requirements-gpu.lock --python-version $(GPU_PY) \
+		--python-platform x86_64-manylinux_2_31 --no-build --generate-hashes \
+		--custom-compile-command "make lock" $(LOCK_FLAGS) >/dev/null
 
 test: setup  ## the test suite (a few minutes on 2 cores)
 	$(PY) -m pytest
@@ -39,8 +70,8 @@ report: setup  ## rewrite results/REPORT.md from what is in results/ (runs nothi
 	$(PY) -m arxivqa.report write
 
 # The seed's scale: the full corpus, Qwen3-8B trained with Unsloth + vLLM on one GPU, vLLM judges.
-# Needs a CUDA GPU, `pip install -r requirements-gpu.txt` in its own environment (VENV=.venv-gpu), the
-# models in the Hugging Face cache (or internet), and vLLM judge servers for the endpoints named below.
+# Needs a CUDA GPU, the GPU set in its own environment (`make setup-gpu`, then `make paper VENV=.venv-gpu`),
+# the models in the Hugging Face cache (or internet), and vLLM judge servers for the endpoints named below.
 paper: export ARXIVQA_SCALE ?= full
 paper: export ARXIVQA_PRESET ?= paper
 paper: export ARXIVQA_LLM ?= vllm-qwen3-8b
