@@ -89,7 +89,7 @@ def _(committed_runs, configured, curriculum, index, mo, s, train_or_load):
                    else "read back (the registry holds a finished run with exactly this configuration)."))
     else:
         trained = {"run": None, "path": None, "trained_now": False, "seconds": 0.0}
-        _msg = (f"Not training: the repository holds {len(committed)} finished `{curriculum.value}` RLVR run(s) under "
+        _msg = (f"Not training: the repository holds {len(committed)} `{curriculum.value}` RLVR run(s) under "
                 "`results/runs/`, read below. `ARXIVQA_TRAIN_NOW=1` (as `make demo` sets) also trains the configured "
                 f"run ({cfg.preset}, {cfg.max_steps} steps); `make train-long` retrains the committed ones.")
     mo.md(_msg)
@@ -98,11 +98,11 @@ def _(committed_runs, configured, curriculum, index, mo, s, train_or_load):
 
 @app.cell
 def _(committed, find_runs, mo, run_options, same_run, trained):
-    _options = run_options(find_runs(reward="rlvr", finished=True))
+    _options = run_options(find_runs(reward="rlvr", finished=True) + [r for r in committed if not r.finished])
     # default: the longest committed run of this curriculum (the long run a reader came for), else the run trained now
     _want = committed[0].path if committed else trained["path"]
     _default = next((k for k, r in _options.items() if same_run(r, _want)), next(iter(_options), None))
-    run_pick = mo.ui.dropdown(options=_options, value=_default, label="RLVR run to read (finished runs of the registry)")
+    run_pick = mo.ui.dropdown(options=_options, value=_default, label="RLVR run to read (finished runs of the registry, and committed ones)")
     mo.hstack([run_pick], justify="start")
     return (run_pick,)
 

@@ -75,3 +75,18 @@ def test_episodes_are_keyed_by_run_name_not_by_where_the_repository_lies():
 
     assert policy_key("run:/a/b/rlvr-x") == policy_key("run:/elsewhere/rlvr-x") == "run-rlvr-x"
     assert policy_key("openai:m@http://127.0.0.1:1/v1") == "openai-m" and policy_key("local") == "local"
+
+
+def test_committed_runs_come_finished_and_longest_first_and_an_unfinished_one_says_so(tmp_path, monkeypatch):
+    from arxivqa.train import committed_runs
+
+    monkeypatch.setenv("ARXIVQA_RESULTS_DIR", str(tmp_path / "results"))
+    root = tmp_path / "results" / "runs"
+    cfg = preset("cpu-warm", reward="rlvr", max_steps=100)
+    _fake_run(root / "short", cfg, steps=10)
+    _fake_run(root / "long", cfg, steps=100)
+    _fake_run(root / "partial", cfg, steps=60, finished=False)
+    _fake_run(root / "other", cfg.model_copy(update={"curriculum": "easy-to-hard"}), steps=100)
+    runs = committed_runs(reward="rlvr", curriculum="uniform")
+    assert [r.name for r in runs] == ["long", "short", "partial"]
+    assert "60 steps of 100 (unfinished)" in runs[-1].label() and "unfinished" not in runs[0].label()

@@ -514,6 +514,8 @@ class RunInfo(BaseModel):
         c = self.config
         judge = f" · judge {c.judge_endpoint or 'local'} ({c.judge_rubric})" if c.reward == "rar" else ""
         steps = f"{self.steps_done} step" + ("" if self.steps_done == 1 else "s")
+        if not self.finished:
+            steps += f" of {self.config.max_steps} (unfinished)"
         return f"{c.model} · {c.preset} · {steps}{judge} · seed {c.seed}"
 
     def option(self) -> str:
@@ -578,10 +580,10 @@ def find_runs(roots: Sequence[str | Path] | None = None, finished: bool | None =
 
 
 def committed_runs(**what: Any) -> list[RunInfo]:
-    """Finished runs kept with the repository (``<results>/runs``) whose config has the given field values,
-    longest first (the runs a notebook shows by default)."""
-    runs = find_runs([settings().results_dir / "runs"], finished=True, **what)
-    return sorted(runs, key=lambda r: -r.steps_done)
+    """Runs kept with the repository (``<results>/runs``) whose config has the given field values, finished
+    ones first, longest first (the runs a notebook shows by default; an unfinished one says so in its label)."""
+    runs = find_runs([settings().results_dir / "runs"], **what)
+    return sorted(runs, key=lambda r: (-r.finished, -r.steps_done))
 
 
 def find_run(cfg: TrainConfig, roots: Sequence[str | Path] | None = None, finished: bool | None = True) -> RunInfo | None:
@@ -701,8 +703,9 @@ def export_run(src: str | Path, dst: str | Path | None = None, max_adapter_mb: f
 
     src = Path(src)
     info = read_run(src)
-    if not info.finished:
-        raise ValueError(f"{src} has no final/ adapter: finish (or --resume) the run before exporting it")
+    ckpt = None if info.finished else last_checkpoint(src)
+    if not info.finished and ckpt is None:
+        raise ValueError(f"{src} has neither final/ nor a checkpoint: nothing to export yet")
     dst = Path(dst) if dst else settings().results_dir / "runs" / src.name
     tmp = dst.with_name(dst.name + ".export")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -712,10 +715,18 @@ def export_run(src: str | Path, dst: str | Path | None = None, max_adapter_mb: f
             shutil.copy(src / name, tmp / name)
     if (src / "tensorboard").is_dir():
         shutil.copytree(src / "tensorboard", tmp / "tensorboard")
-    final = tmp / "final"
+    # an unfinished run (to be continued with --resume where it was trained) keeps its last checkpoint's
+    # adapter under that checkpoint's name, and only the logs up to it: read_run reports it as unfinished
+    final = tmp / ("final" if info.finished else ckpt.name)
     final.mkdir()
     for f in ("adapter_config.json", "adapter_model.safetensors"):
-        shutil.copy(src / "final" / f, final / f)
+        shutil.copy((src / "final" if info.finished else ckpt) / f, final / f)
+    if ckpt is not None:
+        upto = int(ckpt.name.split("-")[1])
+        for name in ("metrics.jsonl", "rollouts.jsonl", "timing.jsonl"):
+            if (tmp / name).exists():
+                rows = [r for r in load_rollouts(tmp / name) if int(r.get("step", 0)) <= upto]
+                atomic_write_text(tmp / name, "".join(json.dumps(r) + "\n" for r in rows))
     shrink_adapter(final, base=info.config.model)
     size = (final / "adapter_model.safetensors").stat().st_size / 2**20
     if size > max_adapter_mb:
