@@ -764,8 +764,12 @@ def main(argv: list[str] | None = None) -> None:
     scorer = None
     if cfg.reward == "rar":
         from .judge import rar_scorer
+        from .llm import EndpointUnreachable
 
-        scorer = rar_scorer(cfg)
+        try:
+            scorer = rar_scorer(cfg)
+        except EndpointUnreachable as exc:
+            raise SystemExit(f"error: {exc}") from None
     train(cfg, a.out, resume=a.resume, scorer=scorer)
 
 
