@@ -4,8 +4,13 @@ server's context window, and batched decoding that stays exact when the history 
 import json
 
 import pytest
-
-from arxivqa.context import COMPACT_MARK, DROP_NOTE, approx_tokens, compact_tool_result, fit_context
+from arxivqa.context import (
+    COMPACT_MARK,
+    DROP_NOTE,
+    approx_tokens,
+    compact_tool_result,
+    fit_context,
+)
 from arxivqa.records import ContextTrim
 
 ABSTRACT = "We study a method in depth, with many experiments and long explanations of every result. " * 4
@@ -114,7 +119,7 @@ def test_trimming_is_monotone_and_keeps_the_prefix_between_turns():
 
 def test_a_conversation_that_cannot_fit_says_so():
     msgs = _conversation(1)
-    out, trim = fit_context(msgs, count, count(msgs[:2]) - 1)
+    _, trim = fit_context(msgs, count, count(msgs[:2]) - 1)
     assert not trim.fits and trim.tokens_after > trim.budget
     assert isinstance(trim, ContextTrim)
 
@@ -182,7 +187,6 @@ def searching_policy(tiny_qwen):
     """The tiny random model, made to call a search every turn (whatever it wrote), so that the
     conversation grows; float64 so that batching cannot flip a greedy choice."""
     import torch
-
     from arxivqa.agent import LocalHFPolicy
     from arxivqa.records import ToolCall
 
@@ -209,7 +213,7 @@ def test_trimmed_episodes_in_lockstep_equal_trimmed_episodes_one_at_a_time(searc
     window = 1800  # the system prompt with the tool schemas takes about 890 tokens, a turn's results about 600
     agent = Agent(searching_policy, Budgets(max_turns=6, max_tool_calls=10, max_tokens=200, max_new_tokens=8),
                   context_window=window)
-    make_env = lambda: ArxivEnv(built_index, seed=0)  # noqa: E731
+    make_env = lambda: ArxivEnv(built_index, seed=0)
     one = [agent.run(q, make_env()) for q in qs]
     many = agent.run_many(qs, make_env, batch_size=2)
     # both stages happened: results compacted, and turns dropped (the prompt changes right after the query)
@@ -222,3 +226,23 @@ def test_trimmed_episodes_in_lockstep_equal_trimmed_episodes_one_at_a_time(searc
         assert a.stop_reason == b.stop_reason
     # after a trim the cache still serves the unchanged prefix
     assert any(s.assistant.cached_prompt_tokens > 0 for t in many for s in t.steps[1:])
+
+
+def test_the_context_benchmark_writes_both_paths(tiny_qwen, built_index, papers, tmp_path):
+    """``python -m arxivqa.bench context`` on the tiny model, two episodes, a window too small for the
+    system prompt with its tool schemas (about 890 tokens): the trimmed path stops before sending."""
+    from arxivqa.bench import bench_context
+
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps({"qid": f"h{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id]}) + "\n"
+                             for i, p in enumerate(papers[:2])))
+    out = bench_context(f"local:{tiny_qwen}", limit=2, window=600, budgets="2,4,40,8", queries_file=str(qfile),
+                        split="all", batch=2, index=built_index, out_dir=tmp_path)
+    saved = json.loads((tmp_path / "bench_context.json").read_text())
+    assert saved["paths"].keys() == {"untrimmed", "window_600"} and saved["window"] == 600
+    before, after = saved["paths"]["untrimmed"], saved["paths"]["window_600"]
+    assert before["episodes"] == after["episodes"] == 2 and before["turns"] >= 2
+    assert before["requests_over_window"] == before["turns"] and before["prompt_tokens_per_turn"][0] > 600
+    assert after["stop_reasons"] == {"context_budget": 2} and after["turns"] == 0
+    assert after["prompt_tokens_per_turn"] == [] and after["mean_prompt_tokens"] is None
+    assert out["policy_context_window"] == 32768  # from the model's config

@@ -6,7 +6,6 @@ import socket
 import time
 
 import pytest
-
 from arxivqa.llm import EndpointUnreachable, check_reachable, open_llm
 
 
@@ -110,6 +109,6 @@ def test_summaries_of_no_episodes_at_all_do_not_crash(built_index, papers):
     from arxivqa.evaluate import evaluate_trajectories, failure_line, throughput_line
 
     qs = [Query(qid="q0", query=papers[0].title, gold_in_corpus=[papers[0].arxiv_id])]
-    per_query, table, by_diff, bench = evaluate_trajectories([], built_index, qs, 0.0)
+    _, _, _, bench = evaluate_trajectories([], built_index, qs, 0.0)
     assert bench["episodes"] == 0 and bench["failed_episodes"] == 0 and failure_line([]) == ""
     assert "n/a episodes/min" in throughput_line(bench)
