@@ -105,17 +105,30 @@ def llm_server():
 
 class ScriptedEndpoint:
     """A real HTTP server speaking the OpenAI chat-completions protocol on loopback, whose answers come
-    from ``reply(body) -> str | int | (str, finish_reason)`` (an int is an HTTP error status). Records every
-    request."""
+    from ``reply(body) -> str | int | (str, finish_reason) | (str, finish_reason, usage)`` (an int is an
+    HTTP error status). ``get(path) -> (status, JSON value)`` answers GET requests (default: none, 501).
+    Records every request."""
 
-    def __init__(self, reply):
+    def __init__(self, reply, get=None):
         import http.server
         import threading
 
-        self.reply, self.requests = reply, []
+        self.reply, self.get, self.requests = reply, get, []
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                if outer.get is None:
+                    self.send_error(501)
+                    return
+                status, value = outer.get(self.path)
+                data = json.dumps(value).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
@@ -124,12 +137,15 @@ class ScriptedEndpoint:
                     self.send_response(content)
                     self.end_headers()
                     return
+                usage = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+                if isinstance(content, tuple) and len(content) == 3:
+                    content, finish, usage = content
                 content, finish = content if isinstance(content, tuple) else (content, "stop")
                 data = json.dumps({
                     "id": f"c{len(outer.requests)}", "object": "chat.completion", "created": 0, "model": body["model"],
                     "choices": [{"index": 0, "finish_reason": finish,
                                  "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}).encode()
+                    "usage": usage}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -153,8 +169,8 @@ class ScriptedEndpoint:
 def scripted_endpoint():
     servers = []
 
-    def make(reply):
-        s = ScriptedEndpoint(reply)
+    def make(reply, get=None):
+        s = ScriptedEndpoint(reply, get)
         servers.append(s)
         return s
 

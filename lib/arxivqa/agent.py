@@ -183,6 +183,21 @@ class LocalHFPolicy:
         self.temperature = temperature
         self.name = name or f"local:{self.model_name}"
 
+    @property
+    def context_window(self) -> int | None:
+        """The model's context window from its config (``max_position_embeddings``)."""
+        n = getattr(self.model.config, "max_position_embeddings", None)
+        return int(n) if isinstance(n, int) and n > 0 else None
+
+    def _prompt_ids(self, messages: list[dict], tools: list[dict]) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(_for_template(messages), tools=tools, add_generation_prompt=True,
+                                                 tokenize=True, return_dict=True)["input_ids"]
+        return list(ids[0] if ids and isinstance(ids[0], list) else ids)
+
+    def count_tokens(self, messages: list[dict], tools: list[dict]) -> int:
+        """The prompt's length in tokens, exactly as ``chat`` encodes it."""
+        return len(self._prompt_ids(messages, tools))
+
     def chat(self, messages: list[dict], tools: list[dict], max_new_tokens: int) -> AssistantTurn:
         """One turn with ``generate`` on the whole re-encoded conversation (the plain path)."""
         import torch
@@ -235,9 +250,7 @@ class LocalHFPolicy:
         rows, logits, reused = [], [], []
         with torch.no_grad():
             for key, messages in requests:  # prefill: only what the cache does not hold
-                ids = self.tokenizer.apply_chat_template(_for_template(messages), tools=tools, add_generation_prompt=True,
-                                                         tokenize=True, return_dict=True)["input_ids"]
-                ids = list(ids[0] if ids and isinstance(ids[0], list) else ids)
+                ids = self._prompt_ids(messages, tools)
                 old_ids, kv = store.get(key, ([], None))
                 p = 0
                 while p < min(len(old_ids), len(ids) - 1) and old_ids[p] == ids[p]:
@@ -328,18 +341,60 @@ class OpenAIPolicy:
     with exponential backoff (``max_retries``)."""
 
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str | None = "OPENAI_API_KEY",
-                 temperature: float = 0.0, timeout: float = 120.0, max_retries: int = 4, name: str | None = None) -> None:
+                 temperature: float = 0.0, timeout: float = 120.0, max_retries: int = 4, name: str | None = None,
+                 context_window: int | None = None, source: str | None = None) -> None:
+        """``context_window``: the served model's window (default: asked of the server once, see
+        ``llm.served_context_window``); ``source``: where ``base_url`` comes from, for error messages."""
         from openai import OpenAI
 
         key = secret(api_key_env) or "not-needed-for-a-local-server"
         self.client = OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries)
         self.model_name, self.temperature = model, temperature
+        self.base_url, self.api_key_env = base_url or "https://api.openai.com/v1", api_key_env
         self.name = name or f"openai:{model}" + (f"@{base_url}" if base_url else "")
+        self.source = source or f"the URL in the policy name {self.name!r}"
+        self._window = context_window
+        self._window_asked = context_window is not None
+        self._models: Any = None
+        self._chars_per_token: float | None = None  # the smallest ratio observed (usage.prompt_tokens)
+
+    def check(self, chosen_by: str = "--policy") -> None:
+        """Is the server there? Raises ``llm.EndpointUnreachable`` naming the URL and the setting (one
+        request, before a run starts)."""
+        from .llm import check_reachable
+
+        self._models = check_reachable(self.base_url, name=self.name, api_key_env=self.api_key_env,
+                                       chosen_by=f"{chosen_by}, or change {self.source}")
+
+    @property
+    def context_window(self) -> int | None:
+        """The served model's context window: given, or asked of the server once (None if it does not say)."""
+        if not self._window_asked:
+            from .llm import served_context_window
+
+            self._window_asked = True
+            self._window = served_context_window(self.base_url, self.model_name, self.api_key_env, self._models)
+        return self._window
+
+    def count_tokens(self, messages: list[dict], tools: list[dict]) -> int:
+        """An estimate (the server's tokenizer is not at hand): characters of the request over a
+        characters-per-token ratio — 3 until a response reports its prompt tokens, then 95 % of the
+        smallest ratio seen (so it errs towards more tokens)."""
+        from .context import CHARS_PER_TOKEN, approx_tokens
+
+        cpt = self._chars_per_token
+        return approx_tokens(messages, tools, CHARS_PER_TOKEN if cpt is None else 0.95 * cpt)
 
     def chat(self, messages: list[dict], tools: list[dict], max_new_tokens: int) -> AssistantTurn:
+        from .context import approx_tokens
+
         t0 = time.perf_counter()
         resp = self.client.chat.completions.create(model=self.model_name, messages=messages, tools=tools,
                                                    temperature=self.temperature, max_tokens=max_new_tokens)
+        used = getattr(resp.usage, "prompt_tokens", 0) or 0
+        if used > 0:  # calibrate count_tokens on what the server counted
+            ratio = approx_tokens(messages, tools, 1.0) / used
+            self._chars_per_token = ratio if self._chars_per_token is None else min(self._chars_per_token, ratio)
         msg = resp.choices[0].message
         content = msg.content or ""
         calls: list[ToolCall] = []
@@ -370,10 +425,13 @@ def make_policy(spec: str | None = None, **kwargs) -> Policy:
     kind, _, rest = spec.partition(":")
     if kind == "run":
         return run_policy(find_run_folder(rest), **kwargs)
+    from .llm import endpoint_source
+
     ep = get_endpoint(spec)
     if ep.local:
         return LocalHFPolicy(ep.model, name=f"local:{ep.model}", **kwargs)
-    return OpenAIPolicy(ep.model, ep.base_url, api_key_env=ep.api_key_env, name=spec, **kwargs)
+    return OpenAIPolicy(ep.model, ep.base_url, api_key_env=ep.api_key_env, name=spec,
+                        context_window=ep.context_window, source=endpoint_source(ep), **kwargs)
 
 
 def find_run_folder(name: str) -> str:
@@ -417,9 +475,34 @@ def _loads(s: Any) -> Any:
 
 @dataclass
 class Agent:
+    """The episode loop. ``context_window`` (tokens; default the setting ``context_window``, else the
+    policy's own: its model config, or what its server reports; 0 or unknown: no limit): before each
+    turn the request is trimmed to ``context_window − max_new_tokens`` tokens by ``context.fit_context``
+    (older tool results to IDs and titles, then the oldest turns dropped with a note), and the trajectory
+    records each trimmed turn (``Trajectory.context_trims``)."""
+
     policy: Policy
     budgets: Budgets = field(default_factory=Budgets)
     system_prompt: str = SYSTEM_PROMPT
+    context_window: int | None = None
+
+    def window(self) -> int | None:
+        """The context window the episodes keep to (None: no limit)."""
+        from .config import settings
+
+        n = self.context_window if self.context_window is not None else settings().context_window
+        if n is None:
+            n = getattr(self.policy, "context_window", None)
+        return n or None
+
+    def _counter(self):
+        tools = tool_schemas()
+        count = getattr(self.policy, "count_tokens", None)
+        if count is not None:
+            return lambda messages: count(messages, tools)
+        from .context import approx_tokens
+
+        return lambda messages: approx_tokens(messages, tools)
 
     def run(self, query: Query, env: ArxivEnv) -> Trajectory:
         """One episode, one turn at a time (``policy.chat``)."""
@@ -494,12 +577,25 @@ class Agent:
         b = self.budgets
         t_start = time.perf_counter()
         calls_made = 0
+        window = self.window()
+        count = self._counter() if window else None
+        trim = None
         for turn in range(1, b.max_turns + 1):
             remaining = b.max_tokens - traj.completion_tokens
             if remaining <= 0:
                 traj.stop_reason = "token_budget"
                 break
-            out = yield messages, min(b.max_new_tokens, remaining)
+            request = messages
+            if window:
+                from .context import fit_context
+
+                request, trim = fit_context(messages, count, window - b.max_new_tokens, previous=trim)
+                if trim.trimmed or not trim.fits:
+                    traj.context_trims.append(trim.model_copy(update={"turn": turn}))
+                if not trim.fits:
+                    traj.stop_reason = "context_budget"
+                    break
+            out = yield request, min(b.max_new_tokens, remaining)
             if isinstance(out, BaseException):  # an endpoint failure ends this episode, recorded
                 traj.stop_reason = f"policy_error: {type(out).__name__}: {out}"[:500]
                 break

@@ -3,6 +3,11 @@
 ``python -m arxivqa.bench agent --policy <policy>`` measures episodes/min of an in-process policy one
 episode at a time vs in lockstep batches (``results/bench_agent.json``).
 
+``python -m arxivqa.bench context --policy <policy> --limit 10 --window 8192`` runs the same dev episodes
+without a context budget and with one (``context.fit_context`` at ``--window`` tokens): prompt tokens
+per turn, seconds per episode, recall, the requests that would not have fitted the window, what was
+trimmed (``results/bench_context.json``).
+
 ``python -m arxivqa.bench search`` measures, on the full corpus by default:
 
 - index build time and throughput: document store, bm25s, whoosh, embeddings (default embedder);
@@ -271,7 +276,7 @@ def bench_agent(policy: str, limit: int = 16, preset_name: str = "cpu-warm", bat
     prefix kept as a KV cache). Writes ``results/bench_agent.json``."""
     from .agent import make_policy
     from .corpus import select_queries
-    from .evaluate import run_agent_eval, run_view, trajectory_metrics
+    from .evaluate import check_policy, run_agent_eval, run_view, trajectory_metrics
     from .index import open_index
     from .train import preset, prompt_for, rollout_budgets, tool_view
 
@@ -281,6 +286,7 @@ def bench_agent(policy: str, limit: int = 16, preset_name: str = "cpu-warm", bat
     queries = select_queries(split="dev", limit=limit).queries
     index = index or open_index()
     loaded = make_policy(policy)
+    check_policy(loaded, "--policy")
     result = {"policy": loaded.name, "queries": len(queries), "split": "dev", "preset": preset_name,
               "budgets": view["budgets"].__dict__, "tool_view": view["env_kwargs"], "machine": _machine(),
               "threads": __import__("torch").get_num_threads(), "paths": {}}
@@ -299,12 +305,90 @@ def bench_agent(policy: str, limit: int = 16, preset_name: str = "cpu-warm", bat
             "episodes_per_minute": 60 * len(trajs) / wall, "completion_tokens": gen,
             "completion_tokens_per_second": gen / wall, "prompt_tokens": prompt,
             "prompt_tokens_from_cache": cached, "turns": sum(len(t.steps) for t in trajs),
-            "finished": sum(x["finished"] for x in m) / len(m), "recall@10": sum(x["recall@10"] for x in m) / len(m)}
+            "finished": sum(x["finished"] for x in m) / max(1, len(m)),
+            "recall@10": sum(x["recall@10"] for x in m) / max(1, len(m))}
         print(path, json.dumps(result["paths"][path]), flush=True)
     if len(result["paths"]) == 2:
         a, b = (result["paths"][p]["episodes_per_minute"] for p in paths)
         result["speedup"] = b / a
     out = (out_dir or config.results_dir()) / "bench_agent.json"
+    atomic_write_json(out, result)
+    return result
+
+
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None and not np.isnan(x)]  # NaN (no gold) left out
+    return float(statistics.fmean(xs)) if xs else None
+
+
+def context_figures(trajs, window: int | None, max_new_tokens: int) -> dict:
+    """Per-path figures of ``bench_context``: prompt tokens per turn (mean over the episodes that reached
+    the turn, and the largest), seconds per episode, recall, stop reasons, what was trimmed, and how many
+    requests would not have fitted ``window`` with room for ``max_new_tokens``."""
+    from .evaluate import failed
+    from .records import search_recall, submission_recall
+
+    turns = max((len(t.steps) for t in trajs), default=0)
+    per_turn = [[t.steps[k].assistant.prompt_tokens for t in trajs if len(t.steps) > k] for k in range(turns)]
+    prompts = [s.assistant.prompt_tokens for t in trajs for s in t.steps]
+    stops: dict[str, int] = {}
+    for t in trajs:
+        stops[t.stop_reason.split(":")[0]] = stops.get(t.stop_reason.split(":")[0], 0) + 1
+    return {
+        "episodes": len(trajs), "turns": len(prompts),
+        "prompt_tokens_per_turn": [_mean(xs) for xs in per_turn],
+        "max_prompt_tokens_per_turn": [max(xs) for xs in per_turn],
+        "mean_prompt_tokens": _mean(prompts), "max_prompt_tokens": max(prompts, default=None),
+        "prompt_tokens": sum(prompts), "completion_tokens": sum(t.completion_tokens for t in trajs),
+        "seconds_per_episode": _mean([t.seconds for t in trajs]),
+        "generation_seconds_per_episode": _mean([t.generation_seconds for t in trajs]),
+        "recall@10": _mean([submission_recall(t) for t in trajs]),
+        "search_recall": _mean([search_recall(t) for t in trajs]),
+        "finished": _mean([float(t.stop_reason == "finished") for t in trajs]),
+        "failed_episodes": sum(failed(t) for t in trajs), "stop_reasons": stops,
+        "requests_over_window": (sum(p + max_new_tokens > window for p in prompts) if window else None),
+        "episodes_trimmed": sum(any(c.trimmed for c in t.context_trims) for t in trajs),
+        "turns_trimmed": sum(c.trimmed for t in trajs for c in t.context_trims),
+        "max_compacted": max((c.compacted for t in trajs for c in t.context_trims), default=0),
+        "max_dropped_turns": max((c.dropped_turns for t in trajs for c in t.context_trims), default=0),
+    }
+
+
+def bench_context(policy: str, limit: int = 10, window: int = 8192, budgets: str | None = None,
+                  queries_file: str | None = None, split: str = "dev", batch: int | None = None, index=None,
+                  out_dir: Path | None = None) -> dict:
+    """The context budget before vs after, on the same queries: every episode without trimming, then with
+    the window ``window`` (``Agent.context_window``). ``budgets`` (``max_turns,max_tool_calls,max_tokens,
+    max_new_tokens``; default a run's rollout budgets, else the agent's), the prompt and the tool view are a
+    run's own for ``run:`` policies, else the agent's (the full view, whose results fill the context).
+    Writes ``<results>/bench_context.json``."""
+    from .agent import make_policy
+    from .corpus import select_queries
+    from .evaluate import check_policy, run_agent_eval, run_view
+    from .index import open_index
+    from .records import Budgets
+
+    view = run_view(policy)
+    b = Budgets.parse(budgets) if budgets else view.get("budgets") or Budgets()
+    queries = select_queries(queries_file, split, limit).queries
+    if not queries:
+        raise ValueError("no query with a gold paper in the corpus")
+    index = index or open_index()
+    loaded = make_policy(policy)
+    check_policy(loaded, "--policy")
+    result = {"policy": loaded.name, "queries": len(queries), "split": split, "window": window,
+              "policy_context_window": getattr(loaded, "context_window", None), "budgets": b.__dict__,
+              "tool_view": view.get("env_kwargs") or "agent default", "machine": _machine(),
+              "threads": __import__("torch").get_num_threads(), "paths": {}}
+    for path, w in (("untrimmed", 0), (f"window_{window}", window)):
+        t0 = time.perf_counter()
+        trajs = run_agent_eval(policy, queries, index, budgets=b, system_prompt=view.get("system_prompt"),
+                               env_kwargs=view.get("env_kwargs"), batch_size=batch, policy=loaded, progress=False,
+                               context_window=w)
+        figures = context_figures(trajs, window, b.max_new_tokens) | {"wall_seconds": time.perf_counter() - t0}
+        result["paths"][path] = figures
+        print(path, json.dumps(figures), flush=True)
+    out = (out_dir or config.results_dir()) / "bench_context.json"
     atomic_write_json(out, result)
     return result
 
@@ -332,7 +416,25 @@ def main(argv: list[str] | None = None) -> None:
     g.add_argument("--preset", default="cpu-warm", help="whose rollout budgets, prompt and tool view apply")
     g.add_argument("--batch", type=int, default=8)
     g.add_argument("--out", default=None)
+    c = sub.add_parser("context", help="the context budget: dev episodes without and with a context window")
+    c.add_argument("--policy", required=True, help="any policy name (local:<model>, run:<run>, openai:<model>@<url>, ...)")
+    c.add_argument("--limit", type=int, default=10)
+    c.add_argument("--window", type=int, default=8192, help="the context window of the trimmed path, in tokens")
+    c.add_argument("--budgets", default=None, help="max_turns,max_tool_calls,max_tokens,max_new_tokens")
+    c.add_argument("--queries", default=None, help="query file (default: queries_train.jsonl)")
+    c.add_argument("--split", default="dev", choices=("dev", "train", "all"))
+    c.add_argument("--batch", type=int, default=None, help="lockstep episodes of an in-process policy (default eval_batch)")
+    c.add_argument("--out", default=None)
     a = ap.parse_args(argv)
+    if a.cmd == "context":
+        from .llm import EndpointUnreachable
+
+        try:
+            bench_context(a.policy, a.limit, a.window, a.budgets, a.queries, a.split, a.batch,
+                          out_dir=Path(a.out) if a.out else None)
+        except EndpointUnreachable as exc:
+            raise SystemExit(f"error: {exc}") from None
+        return
     if a.cmd == "agent":
         bench_agent(a.policy, a.limit, a.preset, a.batch, out_dir=Path(a.out) if a.out else None)
         return

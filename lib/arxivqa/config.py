@@ -60,6 +60,7 @@ class Settings(BaseModel):
     llm: str = Field("local", description="the LLM of the labeller (any LLM name: see \"LLM names\")")
     local_llm_url: str | None = Field(None, description="reuse a running local server (`make serve` prints it) instead of starting one per process")
     policy: str = Field("local", description="notebook 03's policy: an LLM name or `run:<run folder or name>`")
+    context_window: int | None = Field(None, ge=0, description="the policy model's context window in tokens: before each turn the agent trims the conversation to fit it (older tool results to IDs and titles, then the oldest turns dropped with a note; `context.fit_context`). Default: the model's config (in-process) or what the server reports (llama.cpp `/props`, vLLM `/v1/models`), else no limit; 0: no trimming")
     judge: str = Field("local", description="the training judge of notebook 05 (an LLM name)")
     frontier: str = Field("openai-gpt-4.1-mini", description="the frontier agent of notebook 07 (an LLM name); used only when its key variable is set")
     # -- what the notebooks run

@@ -118,8 +118,24 @@ def trajectory_metrics(traj) -> dict:
                              if traj.steps else 0.0),
         "tokens": traj.prompt_tokens + traj.completion_tokens, "completion_tokens": traj.completion_tokens,
         "seconds": traj.seconds, "tool_seconds": traj.tool_seconds, "finished": traj.stop_reason == "finished",
-        "stop_reason": traj.stop_reason.split(":")[0],
+        "failed": failed(traj), "stop_reason": traj.stop_reason.split(":")[0],
+        "trimmed_turns": len([t for t in traj.context_trims if t.trimmed]),
     }
+
+
+def failed(traj) -> bool:
+    """The episode ended because the policy could not answer (an endpoint error), not by its own doing."""
+    return traj.stop_reason.startswith("policy_error")
+
+
+def failure_line(trajs) -> str:
+    """How many episodes failed and the first error, for reports ("" when none did); a failed episode
+    counts with recall 0 in the tables."""
+    bad = [t for t in trajs if failed(t)]
+    if not bad:
+        return ""
+    return (f"{len(bad)} of {len(trajs)} episodes failed (policy error; counted with recall 0), e.g. "
+            f"{bad[0].qid}: {bad[0].stop_reason.removeprefix('policy_error: ')[:300]}")
 
 
 def baseline_rows(index, queries: Sequence[Query]) -> pd.DataFrame:
@@ -144,6 +160,8 @@ def comparison_table(per_query: pd.DataFrame, metrics: Sequence[str] = TRAJECTOR
     for method, g in per_query.groupby("method", sort=False):
         g = g[g["recall@10"].notna()]
         row = {"method": method, "n": len(g)}
+        if "failed" in g:
+            row["failed"] = int(g["failed"].fillna(False).astype(bool).sum())
         for m in metrics:
             if m in g:
                 row[m] = float(g[m].mean())
@@ -156,13 +174,16 @@ def comparison_table(per_query: pd.DataFrame, metrics: Sequence[str] = TRAJECTOR
 
 def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concurrency: int = 1, budgets=None,
                    progress: bool = True, system_prompt: str | None = None, env_kwargs: dict | None = None,
-                   batch_size: int | None = None, policy=None):
+                   batch_size: int | None = None, policy=None, context_window: int | None = None,
+                   chosen_by: str = "the policy name"):
     """Run the agent on each query. An in-process policy runs ``batch_size`` episodes in lockstep
     (default the setting ``eval_batch``: batched decoding, each episode's prompt prefix kept as a KV
     cache between turns; 1 = one at a time); an endpoint runs ``concurrency`` episodes at once.
     ``system_prompt`` and ``env_kwargs`` (the tool view: ``result_cap``, ``abstract_chars``, ...) default
     to the agent's own; a trained policy is best evaluated with the prompt and view it was trained on
-    (``run_view``). ``policy`` reuses an already loaded policy. Returns the trajectories in query order."""
+    (``run_view``). ``policy`` reuses an already loaded policy. ``context_window`` overrides the agent's
+    (``Agent.window``; 0: no trimming). An endpoint policy is asked first whether its server is there
+    (``llm.EndpointUnreachable`` names the URL and ``chosen_by``). Returns the trajectories in query order."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .agent import Agent, make_policy
@@ -170,7 +191,8 @@ def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concu
     from .tools import ArxivEnv
 
     index = index or open_index()
-    agent = Agent(policy or make_policy(policy_spec), budgets or Budgets())
+    agent = Agent(policy or make_policy(policy_spec), budgets or Budgets(), context_window=context_window)
+    check_policy(agent.policy, chosen_by)
     if system_prompt is not None:
         agent.system_prompt = system_prompt
     batch_size = batch_size or settings().eval_batch
@@ -191,6 +213,13 @@ def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concu
             bar.update()
     bar.close()
     return out
+
+
+def check_policy(policy, chosen_by: str = "the policy name") -> None:
+    """One reachability check of an endpoint policy before its episodes (an in-process one needs none)."""
+    check = getattr(policy, "check", None)
+    if check is not None:
+        check(chosen_by)
 
 
 def run_view(policy_spec: str) -> dict:
@@ -267,6 +296,7 @@ def cached_agent_eval(policy_spec: str, queries: Sequence[Query], path, index=No
     if todo:
         index = index or open_index()
         agent = Agent(make_policy(policy_spec, **policy_kwargs), budgets)
+        check_policy(agent.policy)
         atomic_write_text(meta_path, json.dumps(meta))
         bar = tqdm(total=len(todo), desc=f"episodes ({policy_spec})", unit="episode", disable=not progress)
 
@@ -301,7 +331,9 @@ def evaluate_trajectories(trajs, index, queries: Sequence[Query], wall_seconds: 
              "tool_share_of_episode_time": sum(t.tool_seconds for t in trajs) / episode_seconds if episode_seconds else None,
              "generation_share_of_episode_time": gen_seconds / episode_seconds if episode_seconds else None,
              "completion_tokens_per_second": sum(t.completion_tokens for t in trajs) / gen_seconds if gen_seconds else None,
-             "stop_reasons": pd.Series([t.stop_reason.split(":")[0] for t in trajs]).value_counts().to_dict()}
+             "stop_reasons": pd.Series([t.stop_reason.split(":")[0] for t in trajs], dtype=object).value_counts().to_dict(),
+             "failed_episodes": sum(failed(t) for t in trajs),
+             "context_trimmed_episodes": sum(bool(t.context_trims) for t in trajs)}
     return per_query, table, by_diff, bench
 
 
@@ -311,11 +343,13 @@ def throughput_line(bench: dict) -> str:
     def fmt(v, spec=".2f", scale=1.0, unit=""):
         return "n/a" if v is None else f"{v * scale:{spec}}{unit}"
 
+    failures = bench.get("failed_episodes")
     return (f"{fmt(bench.get('episodes_per_minute'))} episodes/min; tool time "
             f"{fmt(bench.get('tool_share_of_episode_time'), '.1f', 100, ' %')} of episode time, generation "
             f"{fmt(bench.get('generation_share_of_episode_time'), '.1f', 100, ' %')}; "
             f"{fmt(bench.get('completion_tokens_per_second'), '.1f')} completion tokens/s; "
-            f"stop reasons {bench.get('stop_reasons')}.")
+            f"stop reasons {bench.get('stop_reasons')}"
+            + (f"; {failures} of {bench.get('episodes')} episodes failed" if failures else "") + ".")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -340,6 +374,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-tool-calls", type=int, default=None, help=f"default {Budgets.max_tool_calls}")
     ap.add_argument("--max-tokens", type=int, default=None, help=f"default {Budgets.max_tokens}, or a run's completion length")
     ap.add_argument("--max-new-tokens", type=int, default=None, help=f"default {Budgets.max_new_tokens}")
+    ap.add_argument("--context-window", type=int, default=None,
+                    help="the policy's context window in tokens (default: the setting context_window, else the model "
+                         "config or what the server reports); 0: no trimming")
     ap.add_argument("--index", default=None, help="index folder (default: the configured scale's index)")
     ap.add_argument("--name", default=None, help="output name (default: derived from the policy)")
     ap.add_argument("--out", default=None, help="folder (default: <results>/eval)")
@@ -357,9 +394,15 @@ def main(argv: list[str] | None = None) -> None:
     name = a.name or "".join(c if c.isalnum() or c in "-._" else "_" for c in a.policy)[:80]
     out = Path(a.out) if a.out else config.results_dir() / "eval"
 
+    from .llm import EndpointUnreachable
+
     t0 = time.perf_counter()
-    trajs = run_agent_eval(a.policy, queries, index, a.concurrency, budgets, batch_size=a.batch,
-                           system_prompt=view.get("system_prompt"), env_kwargs=view.get("env_kwargs"))
+    try:
+        trajs = run_agent_eval(a.policy, queries, index, a.concurrency, budgets, batch_size=a.batch,
+                               system_prompt=view.get("system_prompt"), env_kwargs=view.get("env_kwargs"),
+                               context_window=a.context_window, chosen_by="--policy")
+    except EndpointUnreachable as exc:
+        raise SystemExit(f"error: {exc}") from None
     wall = time.perf_counter() - t0
     save_trajectories(out / f"{name}.trajectories.jsonl", trajs)
     per_query, table, by_diff, bench = evaluate_trajectories(trajs, index, queries, wall)
@@ -367,7 +410,9 @@ def main(argv: list[str] | None = None) -> None:
     atomic_write_json(out / f"{name}.json", {"table": table.to_dict(orient="records"),
                                              "by_difficulty": by_diff.to_dict(orient="records"), "bench": bench})
     atomic_write_text(out / f"{name}.per_query.csv", per_query.to_csv(index=False))
+    failures = failure_line(trajs)
     md = (f"# Evaluation: {trajs[0].policy} on {len(trajs)} {a.split} queries ({config.scale()} index)\n\n"
+          + (f"**{failures}**\n\n" if failures else "")
           + table.to_markdown(index=False, floatfmt=".3f") + "\n\n## Recall per difficulty\n\n"
           + by_diff.to_markdown(index=False, floatfmt=".3f") + "\n\n## Throughput\n\n"
           + throughput_line(bench) + "\n")

@@ -293,7 +293,9 @@ class RaRScorer:
 
 def rar_scorer(cfg) -> RaRScorer:
     """The RaR scorer of a training config (``judge_endpoint``, ``judge_rubric``, ``rewards``); starts the
-    local judge server when the endpoint is local (stopped at exit)."""
+    local judge server when the endpoint is local (stopped at exit); a remote one is checked once
+    (``llm.EndpointUnreachable`` before training starts, naming the URL and the setting)."""
     from .llm import open_llm
 
-    return RaRScorer(Judge(open_llm(cfg.judge_endpoint), rubric=cfg.judge_rubric), cfg.rewards)
+    llm = open_llm(cfg.judge_endpoint, chosen_by="the training config's judge_endpoint (--set judge_endpoint=...)")
+    return RaRScorer(Judge(llm, rubric=cfg.judge_rubric), cfg.rewards)

@@ -500,10 +500,16 @@ def main(argv: list[str] | None = None) -> None:
         qs = LabelStore(args.store).export(args.out, include_pending=args.include_pending)
         print(f"wrote {len(qs)} queries to {args.out}")
         return
+    from .llm import EndpointUnreachable
+
+    try:  # one reachability check before anything starts
+        llm = open_llm(args.endpoint, chosen_by="--endpoint (default ARXIVQA_LLM)")
+    except EndpointUnreachable as exc:
+        raise SystemExit(f"error: {exc}") from None
     queries = select_queries(args.queries, args.split, args.limit).queries
     index = open_index_spec(args.index)
     store = LabelStore.open(args.store, load_queries(args.queries))
-    with open_llm(args.endpoint) as llm:
+    with llm:
         runs_path = Path(args.runs or labels_dir() / f"runs-{llm.endpoint.name}.jsonl")
         labeller = Labeller(llm, index, LabellerConfig(n_candidates=args.candidates))
         t0 = time.perf_counter()

@@ -90,6 +90,8 @@ class Endpoint(BaseModel):
     transport_retries: int = Field(4, ge=0, description="openai-client retries of failed requests")
     temperature: float = 0.0
     max_tokens: int = 512
+    context_window: int | None = Field(None, ge=1, description="the served model's context window in tokens "
+                                       "(default: what the server reports, see served_context_window)")
 
     @property
     def local(self) -> bool:
@@ -154,6 +156,92 @@ def get_endpoint(name: str | Endpoint | None = None) -> Endpoint:
                             mode="tools")
     raise UnknownLLMError(f"unknown LLM {name!r}: use an endpoint of {endpoints_file()} ({', '.join(sorted(eps))}), "
                    "'local:<model>' or 'openai:<model>[@<base_url>]'")
+
+
+# --------------------------------------------------------------------------- reachability
+
+
+class EndpointUnreachable(RuntimeError):
+    """An endpoint that does not answer (or refuses the key) before a run starts; the message names the
+    URL and the setting that chose it."""
+
+
+def endpoint_source(ep: Endpoint) -> str:
+    """Where an endpoint's URL comes from, in the words a user would look for."""
+    if ep.name.startswith("openai:"):
+        return f"the URL in the LLM name {ep.name!r}"
+    return f"base_url of [{ep.name}] in {endpoints_file()} ({Settings.env_var('endpoints')})"
+
+
+def _get_json(url: str, api_key_env: str | None, timeout: float) -> Any:
+    req = urllib.request.Request(url, headers={"Accept": "application/json"})
+    key = secret(api_key_env)
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        body = r.read(1_000_000)
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def check_reachable(base_url: str, *, name: str, chosen_by: str, api_key_env: str | None = None,
+                    timeout: float = 5.0) -> Any:
+    """One request (``GET <base_url>/models``) before a run: raises ``EndpointUnreachable`` naming the URL
+    and ``chosen_by`` (the setting or option that chose it) when nothing answers there, or when the server
+    refuses the key (HTTP 401/403). Any other answer, an HTTP error included, means a server is there.
+    Returns the parsed answer (None when it was not JSON)."""
+    import urllib.error
+
+    url = base_url.rstrip("/") + "/models"
+    try:
+        return _get_json(url, api_key_env, timeout)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            where = f" (the key comes from ${api_key_env})" if api_key_env else ""
+            raise EndpointUnreachable(f"the LLM endpoint {name!r} at {base_url} refused the request with HTTP "
+                                      f"{exc.code}{where}; fix the key, or choose another endpoint with "
+                                      f"{chosen_by}") from None
+        return None
+    except (OSError, ValueError) as exc:  # URLError, refused, timeout, a malformed URL
+        reason = getattr(exc, "reason", None) or exc
+        raise EndpointUnreachable(f"cannot reach the LLM endpoint {name!r} at {base_url} ({reason}); start the "
+                                  f"server there, or choose another endpoint with {chosen_by}") from None
+
+
+def served_context_window(base_url: str, model: str | None = None, api_key_env: str | None = None,
+                          models: Any = None, timeout: float = 5.0) -> int | None:
+    """The context window an OpenAI-compatible server reports: llama.cpp's ``/props``
+    (``default_generation_settings.n_ctx``, the context it runs with), else a ``/v1/models`` entry's
+    ``max_model_len`` (vLLM), ``context_length``/``context_window``, or ``meta.n_ctx``/``n_ctx_train``
+    (llama.cpp). ``models`` is an answer of ``/models`` already fetched. None when the server says nothing."""
+    root = base_url.rstrip("/")
+    root = root[: -len("/v1")] if root.endswith("/v1") else root
+    try:
+        props = _get_json(root + "/props", api_key_env, timeout)
+        n = ((props or {}).get("default_generation_settings") or {}).get("n_ctx") if isinstance(props, dict) else None
+        if isinstance(n, int) and n > 0:
+            return n
+    except (OSError, ValueError):
+        pass
+    if models is None:
+        try:
+            models = _get_json(base_url.rstrip("/") + "/models", api_key_env, timeout)
+        except (OSError, ValueError):
+            return None
+    entries = models.get("data") if isinstance(models, dict) else None
+    if not isinstance(entries, list):
+        return None
+    entries = [e for e in entries if isinstance(e, dict)]
+    mine = [e for e in entries if model is not None and e.get("id") == model] or entries[:1]
+    for e in mine:
+        meta = e.get("meta") if isinstance(e.get("meta"), dict) else {}
+        for v in (e.get("max_model_len"), e.get("context_length"), e.get("context_window"), meta.get("n_ctx"),
+                  meta.get("n_ctx_train")):
+            if isinstance(v, int) and v > 0:
+                return v
+    return None
 
 
 # --------------------------------------------------------------------------- the local server
@@ -445,23 +533,35 @@ class LLM:
 
 
 def open_llm(endpoint: str | Endpoint | None = None, *, cache: ResponseCache | None | Literal[False] = None,
-             log_path: str | Path | None = None) -> LLM:
+             log_path: str | Path | None = None, check: bool = True, chosen_by: str | None = None) -> LLM:
     """A client for the named endpoint (default ``ARXIVQA_LLM`` or ``local``). A local endpoint gets a
     server: the one at ``ARXIVQA_LOCAL_LLM_URL`` if set, else one started now and stopped by
-    ``close()`` (use ``with open_llm() as llm:``). ``cache=False`` turns the cache off."""
+    ``close()`` (use ``with open_llm() as llm:``). ``cache=False`` turns the cache off.
+
+    With ``check`` (default), a server that the project does not start itself is asked once whether it
+    is there (``check_reachable``): an unreachable one raises ``EndpointUnreachable`` now, naming its URL
+    and ``chosen_by`` (the option or setting that named the endpoint) and the setting that holds the URL,
+    instead of every request failing after its retries."""
     import atexit
 
     ep = get_endpoint(endpoint)
     cache = None if cache is False else (cache or ResponseCache())
     server = None
     base_url = ep.base_url
+    chosen_by = chosen_by or f"the LLM name (default {Settings.env_var('llm')})"
     if ep.local:
         base_url = settings().local_llm_url
+        if base_url and check:
+            check_reachable(base_url, name=ep.name, chosen_by=f"{Settings.env_var('local_llm_url')} (or unset it to "
+                            "start a local server)")
         if not base_url:
             server = LocalServer(ep.model, log_path=log_path)
             base_url = server.start()
             atexit.register(server.stop)
-    llm = LLM(ep, base_url=base_url, cache=cache)
+    llm = LLM(ep, base_url=base_url, cache=cache)  # a missing key is reported first
+    if not ep.local and check:
+        check_reachable(base_url, name=ep.name, chosen_by=f"{chosen_by}, or change {endpoint_source(ep)}",
+                        api_key_env=ep.api_key_env)
     llm._server = server
     return llm
 
@@ -502,6 +602,6 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["Endpoint", "LLM", "LLMError", "LocalServer", "ResponseCache", "CallRecord", "Stats", "open_llm",
+__all__ = ["Endpoint", "EndpointUnreachable", "LLM", "LLMError", "check_reachable", "served_context_window", "LocalServer", "ResponseCache", "CallRecord", "Stats", "open_llm",
            "local_server", "load_endpoints", "get_endpoint"]
 

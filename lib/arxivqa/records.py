@@ -8,7 +8,7 @@ no model and imports nothing heavier than pydantic.
   rank). Tools build their text output *from* hits; nobody parses tool text back.
 - ``ToolCall`` (what the model asked for), ``ToolCallRecord`` (what ran: arguments, text result, error
   flag, hits, seconds), ``AssistantTurn`` (one generation), ``Step`` (a turn and its results),
-  ``Trajectory`` (an episode), ``Budgets`` (its limits).
+  ``Trajectory`` (an episode), ``Budgets`` (its limits), ``ContextTrim`` (what the context budget trimmed).
 - Measures: ``words`` / ``content_words`` (the one tokeniser), ``jaccard``, ``search_queries``,
   ``recall_at_k``, ``search_recall``, ``submission_recall``.
 - ``trajectory_view`` (the one structured rendering) with two presentations: ``trajectory_markdown``
@@ -216,6 +216,24 @@ class AssistantTurn(_Usage):
         return [clean_text(p, 500) for p in v or []]
 
 
+class ContextTrim(BaseModel):
+    """What the context budget (``context.fit_context``) did to one turn's request: counts are cumulative
+    over the episode (the oldest ``compacted`` tool results reduced to IDs and titles, the oldest
+    ``dropped_turns`` turns removed), tokens as the policy counts them."""
+
+    turn: int = 0
+    budget: int = 0  # tokens the request may take (context window − max_new_tokens)
+    tokens_before: int = 0  # the whole conversation
+    tokens_after: int = 0  # what was sent
+    compacted: int = 0
+    dropped_turns: int = 0
+    fits: bool = True
+
+    @property
+    def trimmed(self) -> bool:
+        return bool(self.compacted or self.dropped_turns)
+
+
 class Step(BaseModel):
     turn: int
     assistant: AssistantTurn
@@ -233,6 +251,7 @@ class Trajectory(_Usage):
     stop_reason: str = ""
     tool_seconds: float = 0.0
     generation_seconds: float = 0.0
+    context_trims: list[ContextTrim] = Field(default_factory=list)  # the turns whose request was trimmed
 
     @field_validator("query", "stop_reason", mode="before")
     @classmethod

@@ -22,6 +22,15 @@
 - **GPU path** (``gpu=True``, the ``paper`` preset): ``unsloth.FastLanguageModel`` loads the model with
   LoRA and vLLM rollouts (``fast_inference=True``); unsloth is imported only then, before
   transformers/trl/peft (install ``requirements-gpu.txt``). The CPU path is plain TRL + PEFT.
+- **Context**: TRL's tool loop keeps the whole conversation; it bounds it by ``max_completion_length``
+  (generated and tool tokens of a rollout; a tool result that would not fit is dropped), so a rollout's
+  prompt never exceeds the prompt plus ``max_completion_length`` — set that below the model's context
+  window. The agent's context budget (``context.fit_context``: older tool results to IDs and titles,
+  then the oldest turns dropped with a note) is not applied inside TRL's loop, which gives no hook
+  between turns; a rollout loop of our own would call it before each generation exactly as
+  ``Agent.episode`` does — ``fit_context(messages, count_tokens, window − max_new_tokens, previous)``,
+  passing the previous turn's ``ContextTrim`` so that the prompt prefix stays stable — and evaluation of
+  a trained policy (``run:``) does use it.
 - **Outputs** in ``<out>``: ``config.json``, ``metrics.jsonl`` (TRL's log per step), ``rollouts.jsonl``,
   ``timing.jsonl`` (per step: generation incl. tools, tools, rewards, reference log-probs, the loss
   forward, backward + optimizer; ``update`` = everything after generation and rewards),
@@ -775,8 +784,12 @@ def main(argv: list[str] | None = None) -> None:
     scorer = None
     if cfg.reward == "rar":
         from .judge import rar_scorer
+        from .llm import EndpointUnreachable
 
-        scorer = rar_scorer(cfg)
+        try:
+            scorer = rar_scorer(cfg)
+        except EndpointUnreachable as exc:
+            raise SystemExit(f"error: {exc}") from None
     train(cfg, a.out, resume=a.resume, scorer=scorer)
 
 
