@@ -187,6 +187,7 @@ class DemoConfig(BaseModel):
     per_query: int = Field(2, ge=1, description="teacher episodes per query (shapes drawn independently)")
     seed: int = 0
     index: str | None = None
+    embedder: str | None = None  # the index's semantic side (default: the setting `embedder`)
     tool_max_results: int = 3
     tool_abstract_chars: int = 0
     tool_snippet_chars: int = 120
@@ -205,7 +206,7 @@ def make_demos(cfg: DemoConfig, index=None, progress: bool = True) -> list[Demo]
     if cfg.split != "train":
         raise ValueError("demonstrations come from the training split only (split='train')")
     queries = select_queries(cfg.queries, "train", cfg.limit).queries
-    index = index or open_index_spec(cfg.index)
+    index = index or open_index_spec(cfg.index, embedder=cfg.embedder)
     env = ArxivEnv(index, seed=cfg.seed, **tool_view(cfg))
     prompt = prompt_for(cfg)
     rng = random.Random(cfg.seed)
@@ -382,7 +383,7 @@ def evaluate_warm_start(model: str, queries: Sequence[Query], train_cfg=None, in
     from .train import preset, prompt_for, rollout_budgets, tool_view
 
     cfg = train_cfg or preset("cpu-warm")
-    index = index or open_index()
+    index = index or open_index(embedder=cfg.embedder)
     budgets = rollout_budgets(cfg)
     t0 = time.perf_counter()
     policy = run_agent_eval(f"local:{model}", queries, index, budgets=budgets, progress=progress,
@@ -413,6 +414,7 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--per-query", type=int, default=2)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--index", default=None)
+    d.add_argument("--embedder", default=None, help="the index's semantic side (default: the setting embedder)")
     d.add_argument("--out", default=None, help="default: <data>/sft/demos-<scale>-seed<seed>.jsonl")
     t = sub.add_parser("train", help="LoRA SFT on a demonstration file -> a merged model folder")
     t.add_argument("--demos", required=True)
@@ -430,7 +432,7 @@ def main(argv: list[str] | None = None) -> None:
     e.add_argument("--out", default=None, help="default: <results>/warm_start/<model folder name>.json")
     a = p.parse_args(argv)
     if a.cmd == "demos":
-        cfg = DemoConfig(limit=a.limit, per_query=a.per_query, seed=a.seed, index=a.index)
+        cfg = DemoConfig(limit=a.limit, per_query=a.per_query, seed=a.seed, index=a.index, embedder=a.embedder)
         demos = make_demos(cfg)
         out = Path(a.out or settings().runs_dir.parent / "sft" / f"demos-{settings().scale}-seed{a.seed}.jsonl")
         save_demos(out, demos, cfg)

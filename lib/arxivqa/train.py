@@ -121,9 +121,12 @@ class TrainConfig(BaseModel):
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu-demo": {},
     # from the warm start (arxivqa.sft, `make warm-start`): room for the teacher's shapes (up to 4 search
-    # rounds, a read, finish) and 4 rollouts a group so that rewards can differ within it
-    "cpu-warm": dict(model="smollm2-135m-tools-sft", num_generations=4, max_completion_length=1024,
-                     max_tool_calling_iterations=6, learning_rate=3e-5, lora_r=16, lora_alpha=32,
+    # rounds, a read, finish), 4 rollouts a group so that rewards can differ within it, the demo index with
+    # the MiniLM semantic side (`python -m arxivqa.index build --embedder minilm-128`), LoRA r 8 on attention
+    # and MLP (a 10 MB adapter in bf16), checkpoints every 5 steps (a long run resumes where it stopped)
+    "cpu-warm": dict(model="smollm2-135m-tools-sft", embedder="minilm-128", num_generations=4,
+                     max_completion_length=1280, max_tool_calling_iterations=6, learning_rate=5e-5, lora_r=8,
+                     lora_alpha=16, save_steps=5,
                      lora_targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
     "paper": dict(model="Qwen/Qwen3-8B", learning_rate=1e-6, prompts_per_step=8, num_generations=8, num_iterations=4,
                   beta=0.02, epsilon=0.2, epsilon_high=0.28, max_steps=250 * 24, max_completion_length=8192,
