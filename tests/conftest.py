@@ -105,8 +105,8 @@ def llm_server():
 
 class ScriptedEndpoint:
     """A real HTTP server speaking the OpenAI chat-completions protocol on loopback, whose answers come
-    from ``reply(body) -> str | int | (str, finish_reason)`` (an int is an HTTP error status). Records every
-    request."""
+    from ``reply(body) -> str | int | (str, finish_reason) | (status, error body)`` (an int is an HTTP error
+    status). Records every request (``reply`` can read the current one's headers in ``requests[-1]``)."""
 
     def __init__(self, reply):
         import http.server
@@ -123,6 +123,14 @@ class ScriptedEndpoint:
                 if isinstance(content, int):
                     self.send_response(content)
                     self.end_headers()
+                    return
+                if isinstance(content, tuple) and isinstance(content[0], int):  # (status, error body)
+                    data = content[1].encode()
+                    self.send_response(content[0])
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                     return
                 content, finish = content if isinstance(content, tuple) else (content, "stop")
                 data = json.dumps({

@@ -1,0 +1,105 @@
+"""Nothing lost, nothing leaked (issue #14): what a hostile or unlucky user does, and what must hold.
+
+1. an API key a server echoes never reaches an error, a record, a repr, a judge result or a runs file;
+2. the label store reads under its lock, and a corrupt file is a clear error with the last good copy kept;
+3. every data-loading error names its file and line; duplicates and empty fields follow a stated rule;
+4. a partial index is refused, with a message that says how to resume; the agent never sees a path;
+5. (test_soak.py) a soak of the tools environment and the trajectory store; a training run killed mid-step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from pydantic import BaseModel
+
+from arxivqa.llm import LLM, Endpoint, LLMError, scrub
+
+SECRET = "sk-proj-Zx81KqLm02ffA9bC7dE5fG3hJ1"  # the shape of a real key; never a real one
+
+
+class Answer(BaseModel):
+    label: str
+
+
+def _msgs(text="Classify this."):
+    return [{"role": "user", "content": text}]
+
+
+# --------------------------------------------------------------------------- 1. secrets
+
+
+def _echo_401(srv):
+    def reply(_body):
+        auth = srv[0].requests[-1]["headers"].get("authorization", "")
+        key = auth.removeprefix("Bearer ")
+        return 401, json.dumps({"error": {"message": f"Incorrect API key provided: {key}. You can find your API "
+                                                     "key at https://platform.openai.com/account/api-keys.",
+                                          "type": "invalid_request_error", "code": "invalid_api_key"}})
+    return reply
+
+
+def _echo_500(srv):
+    def reply(_body):
+        headers = srv[0].requests[-1]["headers"]
+        return 500, json.dumps({"error": {"message": "internal error; request headers were: " + json.dumps(headers)}})
+    return reply
+
+
+def _hosted(srv, monkeypatch, **kw) -> LLM:
+    monkeypatch.setenv("ARXIVQA_TEST_ECHO_KEY", SECRET)
+    return LLM(Endpoint(name="hosted", model="m", base_url=srv.base_url, api_key_env="ARXIVQA_TEST_ECHO_KEY", **kw))
+
+
+@pytest.mark.parametrize("echo,retries", [(_echo_401, 0), (_echo_500, 2)])
+def test_a_key_echoed_by_the_server_is_scrubbed_everywhere(scripted_endpoint, monkeypatch, caplog, echo, retries):
+    holder = []
+    srv = scripted_endpoint(echo(holder))
+    holder.append(srv)
+    caplog.set_level(logging.DEBUG)
+    llm = _hosted(srv, monkeypatch, transport_retries=retries, max_retries=1)
+    with pytest.raises(LLMError) as failed:
+        llm.structured(_msgs(), Answer)
+    assert SECRET in json.dumps(srv.requests[0]["headers"])  # the key did reach the server (and came back)
+    rec = llm.calls[-1]
+    texts = [str(failed.value), repr(failed.value), rec.error, rec.model_dump_json(), repr(llm), caplog.text,
+             str(failed.value.__cause__), str(failed.value.__context__ if not failed.value.__suppress_context__ else "")]
+    assert not any(SECRET in t for t in texts)
+    assert not any(SECRET[:12] in t for t in texts)  # nor a recognisable piece of it
+    assert "401" in str(failed.value) or "500" in str(failed.value)  # the reason survives the scrubbing
+    # attempts are the requests actually sent (a 401 is not retried; a 500 is, by the transport)
+    assert rec.attempts == len(srv.requests) == 1 + retries
+    assert f"after {len(srv.requests)} request(s)" in str(failed.value)
+
+
+def test_the_judge_result_and_the_labeller_runs_file_hold_no_key(scripted_endpoint, monkeypatch, built_index,
+                                                                 tmp_path):
+    from arxivqa.corpus import Query
+    from arxivqa.judge import Judge
+    from arxivqa.labelling import Labeller, LabellerConfig, LabelStore
+    from arxivqa.records import Trajectory
+
+    holder = []
+    srv = scripted_endpoint(_echo_401(holder))
+    holder.append(srv)
+    llm = _hosted(srv, monkeypatch, transport_retries=0, max_retries=1)
+    (result,) = Judge(llm).score_batch([Trajectory(qid="q", query="graph networks", policy="p")])
+    assert result.fallback and "401" in result.error and SECRET not in result.error
+    runs = tmp_path / "runs.jsonl"
+    query = Query(qid="q1", query="sparse attention transformers", gold_in_corpus=[])
+    store = LabelStore.open(tmp_path / "labels.json", [query])
+    Labeller(llm, built_index, LabellerConfig(n_candidates=2)).run([query], runs, store=store, progress=False)
+    text = runs.read_text()
+    assert "401" in text and SECRET not in text and SECRET not in (tmp_path / "labels.json").read_text()
+
+
+def test_scrub_removes_bearer_and_key_shaped_tokens():
+    text = ("Authorization: Bearer abc.def-123_XYZ, other key sk-live-0123456789abcdef, "
+            '{"api_key": "hunter2hunter2"}, configured key my-own-secret-value')
+    out = scrub(text, ["my-own-secret-value", "", None])
+    for leaked in ("abc.def-123_XYZ", "sk-live-0123456789abcdef", "hunter2hunter2", "my-own-secret-value"):
+        assert leaked not in out
+    assert out.count("[redacted]") == 4 and "Authorization: Bearer [redacted]" in out
+    assert scrub("an ordinary error: 404 not found") == "an ordinary error: 404 not found"
