@@ -103,3 +103,65 @@ def test_scrub_removes_bearer_and_key_shaped_tokens():
         assert leaked not in out
     assert out.count("[redacted]") == 4 and "Authorization: Bearer [redacted]" in out
     assert scrub("an ordinary error: 404 not found") == "an ordinary error: 404 not found"
+
+
+# --------------------------------------------------------------------------- 2. the label store
+
+
+def _store(tmp_path):
+    from arxivqa.corpus import Query
+    from arxivqa.labelling import LabelStore
+
+    path = tmp_path / "labels.json"
+    LabelStore.open(path, [Query(qid="q0", query="sparse attention", gold=["A"], gold_in_corpus=["A"])])
+    return path
+
+
+def test_an_export_from_a_stale_view_keeps_every_label(tmp_path):
+    from arxivqa.corpus import load_queries
+    from arxivqa.labelling import LabelStore
+
+    path = _store(tmp_path)
+    a, b = LabelStore(path), LabelStore(path)
+    b.decide("q0", "add", ["X"])
+    a.export(tmp_path / "out.jsonl")
+    assert load_queries(tmp_path / "out.jsonl")[0].gold == ["A", "X"]
+    assert a.queries["q0"].labels() == ["A", "X"]  # a plain read is current too
+
+
+@pytest.mark.parametrize("content,problem", [
+    ('{"format": "arxivqa-labels/1", "queries": {"q0": {"qid": "q0", "que', "not valid JSON"),
+    ("", "empty"),
+    ('{"queries": []}', "not a label store"),
+    ('{"format": "arxivqa-labels/1"}', "not a label store"),
+    ('{"queries": {"q0": {"qid": 3}}}', "'q0' is not valid"),
+    ("[1, 2]", "not a label store"),
+])
+def test_a_corrupt_store_is_a_clear_error_with_the_last_good_copy_kept(tmp_path, content, problem):
+    from arxivqa.labelling import LabelStore, LabelStoreError, main
+
+    path = _store(tmp_path)
+    LabelStore(path).decide("q0", "add", ["X"])
+    good = path.read_bytes()
+    path.write_text(content)
+    for attempt in (lambda: LabelStore(path), lambda: LabelStore.open(path)):
+        with pytest.raises(LabelStoreError) as err:
+            attempt()
+        msg = str(err.value)
+        assert str(path) in msg and problem in msg and "python -m arxivqa.labelling restore" in msg
+    assert path.read_text() == content  # nothing was written over it
+    assert (tmp_path / "labels.json.bak").read_bytes() == good
+    main(["restore", "--store", str(path)])  # the documented recovery command
+    assert LabelStore(path).queries["q0"].labels() == ["A", "X"]
+    kept = list(tmp_path.glob("labels.json.corrupt-*"))
+    assert len(kept) == 1 and kept[0].read_text() == content  # the broken file is kept for inspection
+
+
+def test_orphaned_temporary_files_are_cleaned_up(tmp_path):
+    from arxivqa.labelling import LabelStore
+
+    path = _store(tmp_path)
+    orphan = tmp_path / ".labels.json.abc123.tmp"  # what a writer killed before its rename leaves
+    orphan.write_text('{"half": ')
+    LabelStore(path).decide("q0", "add", ["X"])
+    assert not orphan.exists() and not list(tmp_path.glob("*.tmp"))
