@@ -165,3 +165,97 @@ def test_orphaned_temporary_files_are_cleaned_up(tmp_path):
     orphan.write_text('{"half": ')
     LabelStore(path).decide("q0", "add", ["X"])
     assert not orphan.exists() and not list(tmp_path.glob("*.tmp"))
+
+
+# --------------------------------------------------------------------------- 3. data loading
+
+
+def _gz_corpus(tmp_path, papers, n=None):
+    import gzip
+
+    path = tmp_path / "corpus.jsonl.gz"
+    rows = [p.model_dump_json() for p in papers][:n]
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        fh.write("\n".join(rows) + "\n")
+    return path
+
+
+def test_a_gzip_cut_short_names_the_file_and_the_last_good_line(tmp_path, papers):
+    from arxivqa.corpus import DataError, iter_papers
+
+    many = [p.model_copy(update={"arxiv_id": f"{p.arxiv_id}-{i}"}) for i in range(40) for p in papers]
+    path = _gz_corpus(tmp_path, many)  # big enough that a cut leaves whole lines before it
+    data = path.read_bytes()
+    for cut in (len(data) * 2 // 3, len(data) - 20, len(data) - 4):  # mid-stream, in the last line, in the trailer
+        path.write_bytes(data[:cut])
+        got = []
+        with pytest.raises(DataError, match=r"corpus\.jsonl\.gz: the compressed file is cut short after line \d+") as err:
+            for p in iter_papers(path):
+                got.append(p)
+        assert f"after line {len(got)} " in str(err.value)  # the last line yielded is the last good one
+        assert got == many[: len(got)]
+
+
+def test_a_flipped_byte_in_the_gzip_stream_names_the_file(tmp_path, papers):
+    from arxivqa.corpus import DataError, iter_papers
+
+    path = _gz_corpus(tmp_path, papers)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"corpus\.jsonl\.gz"):
+        list(iter_papers(path))
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path, papers):
+    from arxivqa.corpus import DataError, iter_papers, load_queries
+
+    lines = [p.model_dump_json().encode() for p in papers[:5]]
+    lines[3] = lines[3].replace(b"Federated", b"Feder\xffated").replace(b"Graph", b"Gr\xffaph")
+    lines[3] = lines[3][:30] + b"\xff" + lines[3][30:]
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(DataError, match=r"c\.jsonl:4: not UTF-8"):
+        list(iter_papers(path))
+    q = tmp_path / "q.jsonl"
+    q.write_bytes(b'{"qid": "a", "query": "ok"}\n{"qid": "b", "query": "caf\xe9"}\n')
+    with pytest.raises(DataError, match=r"q\.jsonl:2: not UTF-8"):
+        load_queries(q)
+
+
+def test_duplicate_ids_follow_the_stated_rule(tmp_path, papers):
+    from arxivqa.corpus import DataError, DataWarning, iter_papers, select
+
+    rows = [p.model_dump_json() for p in papers]
+    exact = tmp_path / "exact.jsonl"
+    exact.write_text("\n".join(rows + rows[:3]) + "\n")  # three exact repeats: skipped and reported
+    with pytest.warns(DataWarning, match=r"exact\.jsonl: skipped 3 exact duplicate.*line 31"):
+        assert [p.arxiv_id for p in iter_papers(exact)] == [p.arxiv_id for p in papers]
+    other = papers[4].model_copy(update={"title": "Another paper under the same ID"})
+    conflict = tmp_path / "conflict.jsonl"
+    conflict.write_text("\n".join(rows + [other.model_dump_json()]) + "\n")
+    with pytest.raises(DataError, match=rf"conflict\.jsonl:31: duplicate arxiv_id '{papers[4].arxiv_id}'.*line 5"):
+        list(iter_papers(conflict))
+    # select counts every paper once: a repeat does not eat a place, a conflict is refused
+    assert len(select(papers + papers[:5], n=len(papers))) == len(papers)
+    with pytest.raises(DataError, match=papers[4].arxiv_id):
+        select(papers + [other], n=len(papers))
+
+
+def test_duplicate_qids_and_empty_fields_are_refused(tmp_path, papers):
+    from arxivqa.corpus import DataError, iter_papers, load_queries
+    from conftest import write_jsonl
+
+    q = write_jsonl(tmp_path / "q.jsonl", [{"qid": "a", "query": "one"}, {"qid": "b", "query": "two"},
+                                           {"qid": "a", "query": "three"}])
+    with pytest.raises(DataError, match=r"q\.jsonl:3: duplicate qid 'a'.*line 1"):
+        load_queries(q)
+    for i, row in enumerate([{"qid": "", "query": "x"}, {"qid": "c", "query": "   "}]):
+        path = write_jsonl(tmp_path / f"e{i}.jsonl", [{"qid": "ok", "query": "fine"}, row])
+        with pytest.raises(DataError, match=rf"(?s)e{i}\.jsonl:2: .*must not be empty"):
+            load_queries(path)
+    good = papers[0].model_dump(mode="json")
+    for field in ("arxiv_id", "abstract", "title"):
+        path = write_jsonl(tmp_path / f"p-{field}.jsonl", [good, {**good, "arxiv_id": "2501.99999", field: " "}])
+        with pytest.raises(DataError, match=rf"(?s)p-{field}\.jsonl:2: .*{field}.*must not be empty"):
+            list(iter_papers(path))
