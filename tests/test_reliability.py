@@ -259,3 +259,143 @@ def test_duplicate_qids_and_empty_fields_are_refused(tmp_path, papers):
         path = write_jsonl(tmp_path / f"p-{field}.jsonl", [good, {**good, "arxiv_id": "2501.99999", field: " "}])
         with pytest.raises(DataError, match=rf"(?s)p-{field}\.jsonl:2: .*{field}.*must not be empty"):
             list(iter_papers(path))
+
+
+# --------------------------------------------------------------------------- 4. partial indexes
+
+KILL_AT = r'''
+import os, signal, sys
+sys.path.insert(0, sys.argv[3])
+from conftest import make_papers
+from arxivqa import embed, index as ix
+
+point, folder = sys.argv[1], sys.argv[2]
+calls = [0]
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def after(n, fn):
+    def wrapped(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == n:
+            die()
+        return fn(*args, **kwargs)
+    return wrapped
+
+if point == "whoosh":  # in the middle of the whoosh build, after one committed batch
+    import whoosh.writing
+    ix.WhooshEngine.build.__defaults__ = (5,)
+    whoosh.writing.SegmentWriter.add_document = after(12, whoosh.writing.SegmentWriter.add_document)
+elif point == "before-embedding":
+    ix.SemanticIndex.add = die
+elif point == "during-embedding":  # after one committed batch of 8 of the 30 papers
+    ix.SemanticIndex.add.__defaults__ = (8,)
+    embed.StaticEmbedder.encode = after(2, embed.StaticEmbedder.encode)
+elif point == "before-manifest":
+    ix.SearchIndex.write_manifest = die
+ix.SearchIndex(folder).build(make_papers(), keyword_engines=["bm25s", "whoosh"])
+'''
+
+
+def _killed_build(tmp_path, point):
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = tmp_path / "idx" / "demo"
+    proc = subprocess.run([sys.executable, "-c", KILL_AT, point, str(folder), str(Path(__file__).parent)],
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    return folder
+
+
+@pytest.mark.parametrize("point", ["whoosh", "before-embedding", "during-embedding"])
+def test_an_index_killed_mid_build_is_refused_then_resumed(tmp_path, papers, monkeypatch, point):
+    from arxivqa.index import IndexIncompleteError, SearchIndex, open_index
+    from arxivqa.tools import ArxivEnv
+
+    folder = _killed_build(tmp_path, point)
+    monkeypatch.setenv("ARXIVQA_INDEX_DIR", str(folder.parent))
+    for engine in ("bm25s", "whoosh"):
+        assert not SearchIndex(folder, keyword_engine=engine).exists()
+        with pytest.raises(IndexIncompleteError) as err:
+            open_index(folder=folder, keyword_engine=engine)
+        msg = str(err.value)
+        assert str(folder) in msg and "incomplete" in msg
+        assert f"python -m arxivqa.index build --scale demo --engines {engine}" in msg  # how to resume
+    # the agent is told the index is unavailable, never where it lives
+    env = ArxivEnv(index_name="demo")
+    for text in (env.keyword_search("graph neural networks"), env.semantic_search("protein folding")):
+        assert text.startswith("Error: the search index is not available") and str(tmp_path) not in text
+        assert "/" not in text
+    assert {c.error_code for c in env.episode.calls} == {"index_unavailable"}
+    # resuming (the build again) completes it; then it opens and every paper is searchable
+    SearchIndex(folder).build(papers, keyword_engines=["bm25s", "whoosh"])
+    for engine in ("bm25s", "whoosh"):
+        idx = open_index(folder=folder, keyword_engine=engine)
+        assert idx.keyword_search("protein structure amino acid", 3)[0]
+    assert len(idx.semantic_search("anything", 100)) == len(papers)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["docs"] == len(papers)
+    assert {k: v["count"] for k, v in manifest["components"].items()} == {
+        "bm25s": len(papers), "whoosh": len(papers), "semantic:static": len(papers)}
+    assert manifest["components"]["semantic:static"]["embedder"] == "static"
+    assert all("built" in v for v in manifest["components"].values())
+
+
+def test_an_index_killed_just_before_its_manifest_is_checked_and_adopted(tmp_path, papers):
+    from arxivqa.index import open_index
+
+    folder = _killed_build(tmp_path, "before-manifest")
+    assert not (folder / "manifest.json").exists()
+    idx = open_index(folder=folder, keyword_engine="whoosh")  # every component is whole: accepted ...
+    assert json.loads((folder / "manifest.json").read_text())["docs"] == len(papers)  # ... and recorded
+    assert len(idx.semantic_search("anything", 100)) == len(papers)
+
+
+def _other_embedder():
+    import numpy as np
+
+    from arxivqa.embed import Embedder
+
+    class Other(Embedder):
+        name, dim = "other", 8
+
+        def encode(self, texts):
+            return np.ones((len(texts), 8), np.float32)
+
+    return Other()
+
+
+def test_a_mismatched_index_is_refused(built_index, tmp_path, papers):
+    import shutil
+
+    from arxivqa.index import IndexIncompleteError, SearchIndex
+
+    folder = tmp_path / "copy"
+    shutil.copytree(built_index.folder, folder)
+    SearchIndex(folder).check()  # the fixture's index is whole
+    with pytest.raises(IndexIncompleteError, match=r"no complete semantic index for the embedder 'other' \(built for: static\)"):
+        SearchIndex(folder, embedder=_other_embedder()).check()
+    extra = papers[0].model_copy(update={"arxiv_id": "2601.00001"})
+    SearchIndex(folder).docs.add([extra])  # the store changed after the build: the rest no longer covers it
+    with pytest.raises(IndexIncompleteError, match=rf"document store holds {len(papers) + 1} papers, the manifest {len(papers)}"):
+        SearchIndex(folder).check()
+
+
+def test_a_missing_index_never_shows_the_agent_a_path(tmp_path, monkeypatch):
+    from arxivqa.index import IndexIncompleteError, open_index
+    from arxivqa.tools import ArxivEnv
+
+    monkeypatch.setenv("ARXIVQA_INDEX_DIR", str(tmp_path / "indexes"))
+    with pytest.raises(IndexIncompleteError, match="build it first"):
+        open_index("demo")
+    assert not (tmp_path / "indexes").exists()  # looking did not create an empty index
+    env = ArxivEnv(index_name="demo")
+    texts = [env.keyword_search("graph"), env.semantic_search("graph"), env.read_page("P-12345678"),
+             env._call("keyword_search", '{"query": "graph"}')]
+    assert all(t.startswith("Error:") for t in texts)
+    assert not any(str(tmp_path) in t or "/indexes" in t for t in texts)
