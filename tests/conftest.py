@@ -105,9 +105,9 @@ def llm_server():
 
 class ScriptedEndpoint:
     """A real HTTP server speaking the OpenAI chat-completions protocol on loopback, whose answers come
-    from ``reply(body) -> str | int | (str, finish_reason) | (str, finish_reason, usage)`` (an int is an
-    HTTP error status). ``get(path) -> (status, JSON value)`` answers GET requests (default: none, 501).
-    Records every request."""
+    from ``reply(body) -> str | int | (str, finish_reason) | (str, finish_reason, usage) | (status, error body)``
+    (an int is an HTTP error status). ``get(path) -> (status, JSON value)`` answers GET requests (default:
+    none, 501). Records every request (``reply`` can read the current one's headers in ``requests[-1]``)."""
 
     def __init__(self, reply, get=None):
         import http.server
@@ -137,10 +137,19 @@ class ScriptedEndpoint:
                     self.send_response(content)
                     self.end_headers()
                     return
+                if isinstance(content, tuple) and isinstance(content[0], int):  # (status, error body)
+                    data = content[1].encode()
+                    self.send_response(content[0])
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 usage = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
                 if isinstance(content, tuple) and len(content) == 3:
                     content, finish, usage = content
-                content, finish = content if isinstance(content, tuple) else (content, "stop")
+                else:
+                    content, finish = content if isinstance(content, tuple) else (content, "stop")
                 data = json.dumps({
                     "id": f"c{len(outer.requests)}", "object": "chat.completion", "created": 0, "model": body["model"],
                     "choices": [{"index": 0, "finish_reason": finish,

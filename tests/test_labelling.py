@@ -10,7 +10,7 @@ import time
 import pytest
 
 from arxivqa.corpus import Query, load_queries
-from arxivqa.labelling import (Candidate, LabelEvent, Labeller, LabellerConfig, LabellerRun, LabelStore, Verdict,
+from arxivqa.labelling import (Candidate, Labeller, LabellerConfig, LabellerRun, LabelStore, Verdict,
                                agreement, agreement_summary, load_runs)
 from arxivqa.llm import LLM, Endpoint
 

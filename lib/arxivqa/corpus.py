@@ -2,6 +2,13 @@
 
 Both files are read from one data directory (``ARXIVQA_DATA_DIR``, default ``../shared/data``);
 see the README for how to obtain them elsewhere.
+
+**Loading rules.** Every loading error is a ``DataError`` (a ValueError) that names the file and the
+line: a record that is not valid (an empty ``arxiv_id``, ``title``, ``abstract``, ``qid`` or ``query``
+included), bytes that are not UTF-8, a gzip stream cut short or corrupt (after the last good line).
+A duplicate ID is refused when its record differs from the first one (both lines named); an exact
+repeat of a record is skipped and reported once per file (a ``DataWarning`` with the count and the
+first examples). ``select`` applies the same rule to the papers it is given.
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ import gzip
 import hashlib
 import re
 import time
+import warnings
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -24,6 +33,20 @@ Difficulty = Literal["easy", "medium", "hard"]
 
 class DataMissingError(FileNotFoundError):
     """The corpus or query file is not where the data-path setting points."""
+
+
+class DataError(ValueError):
+    """A corpus or query file that cannot be loaded as it is; the message names the file and line."""
+
+
+class DataWarning(UserWarning):
+    """Something in a data file was skipped (exact duplicate records); the message counts them."""
+
+
+def _non_empty(v: str) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError("must not be empty")
+    return v
 
 
 class Paper(BaseModel):
@@ -40,6 +63,11 @@ class Paper(BaseModel):
     @classmethod
     def _none_is_empty(cls, v):
         return [] if v is None else v
+
+    @field_validator("arxiv_id", "title", "abstract")
+    @classmethod
+    def _required(cls, v: str) -> str:
+        return _non_empty(v)
 
     @property
     def text(self) -> str:
@@ -71,6 +99,11 @@ class Query(BaseModel):
     difficulty: Difficulty | None = None
     source: str | None = None
 
+    @field_validator("qid", "query")
+    @classmethod
+    def _required(cls, v: str) -> str:
+        return _non_empty(v)
+
 
 def _require(path: Path) -> Path:
     if not path.exists():
@@ -89,34 +122,92 @@ def queries_path() -> Path:
     return config.settings().data_dir / config.QUERIES_FILE
 
 
-def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every non-blank line; a ``DataError`` naming the file and line for bytes
+    that are not UTF-8 and for a gzip stream that is cut short or corrupt."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    lineno = 0  # the last whole line read
+    try:
+        with opener(path, "rb") as fh:
+            for n, raw in enumerate(fh, 1):
+                if not raw.endswith(b"\n"):  # the last line: whole only if the stream ends cleanly
+                    fh.read()  # raises EOFError for a stream cut short
+                lineno = n
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise DataError(f"{path}:{lineno}: not UTF-8 text (byte {exc.start} of the line: "
+                                    f"{raw[max(0, exc.start - 10):exc.start + 10]!r})") from None
+                if line.strip():
+                    yield lineno, line
+    except EOFError:
+        raise DataError(f"{path}: the compressed file is cut short after line {lineno} (an incomplete copy or "
+                        "download? fetch the file again)") from None
+    except (gzip.BadGzipFile, zlib.error, OSError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise DataError(f"{path}: the file is corrupt after line {lineno} ({type(exc).__name__}: {exc}); "
+                        "fetch the file again") from None
+
+
+class _Duplicates:
+    """The duplicate rule for one file: a repeated ID with the same record is skipped (and counted), a
+    repeated ID with another record is refused."""
+
+    def __init__(self, path: Path, what: str) -> None:
+        self.path, self.what = path, what
+        self.first: dict[str, tuple[int, int]] = {}  # id -> (line, hash of the record)
+        self.skipped: list[tuple[int, str, int]] = []  # (line, id, line of the first copy)
+
+    def keep(self, key: str, lineno: int, record: BaseModel) -> bool:
+        digest = hash(record.model_dump_json())
+        seen = self.first.get(key)
+        if seen is None:
+            self.first[key] = (lineno, digest)
+            return True
+        if seen[1] != digest:
+            raise DataError(f"{self.path}:{lineno}: duplicate {self.what} {key!r} with a different record than "
+                            f"line {seen[0]}; remove or rename one of them")
+        self.skipped.append((lineno, key, seen[0]))
+        return False
+
+    def report(self) -> None:
+        if self.skipped:
+            examples = ", ".join(f"line {ln} ({key!r} = line {first})" for ln, key, first in self.skipped[:3])
+            warnings.warn(f"{self.path}: skipped {len(self.skipped)} exact duplicate record(s) of an earlier "
+                          f"{self.what}: {examples}{' ...' if len(self.skipped) > 3 else ''}", DataWarning,
+                          stacklevel=3)
 
 
 def iter_papers(path: str | Path | None = None) -> Iterator[Paper]:
-    """Stream papers from a JSONL or JSONL.gz file (default: the configured corpus)."""
+    """Stream papers from a JSONL or JSONL.gz file (default: the configured corpus), by the loading
+    rules of the module docstring."""
     path = _require(Path(path) if path else corpus_path())
-    with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                yield Paper.model_validate_json(line)
-            except ValueError as exc:
-                raise ValueError(f"{path}:{lineno}: not a valid paper record: {exc}") from exc
+    dups = _Duplicates(path, "arxiv_id")
+    for lineno, line in _lines(path):
+        try:
+            paper = Paper.model_validate_json(line)
+        except ValueError as exc:
+            raise DataError(f"{path}:{lineno}: not a valid paper record: {exc}") from None
+        if dups.keep(paper.arxiv_id, lineno, paper):
+            yield paper
+    dups.report()
 
 
 def load_queries(path: str | Path | None = None) -> list[Query]:
-    """Read a query file in the ``queries_train.jsonl`` format."""
+    """Read a query file in the ``queries_train.jsonl`` format, by the loading rules of the module
+    docstring."""
     path = _require(Path(path) if path else queries_path())
     out = []
-    with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    out.append(Query.model_validate_json(line))
-                except ValueError as exc:
-                    raise ValueError(f"{path}:{lineno}: not a valid query record: {exc}") from exc
+    dups = _Duplicates(path, "qid")
+    for lineno, line in _lines(path):
+        try:
+            query = Query.model_validate_json(line)
+        except ValueError as exc:
+            raise DataError(f"{path}:{lineno}: not a valid query record: {exc}") from None
+        if dups.keep(query.qid, lineno, query):
+            out.append(query)
+    dups.report()
     return out
 
 
@@ -150,7 +241,13 @@ def select(
     forced = set(include_ids)
     chosen: dict[str, Paper] = {}
     others: list[Paper] = []
+    seen: dict[str, Paper] = {}
     for p in papers:
+        if p.arxiv_id in seen:  # the loading rule: an exact repeat is skipped, another record is refused
+            if seen[p.arxiv_id] != p:
+                raise DataError(f"select: two different papers share the arXiv ID {p.arxiv_id!r}")
+            continue
+        seen[p.arxiv_id] = p
         if p.arxiv_id in forced:
             chosen[p.arxiv_id] = p
         elif (
@@ -293,6 +390,8 @@ def parse_arxiv_atom(xml_text: str) -> list[Paper]:
             return " ".join((e.findtext(tag, "", _ATOM) or "").split())
 
         primary = e.find("arxiv:primary_category", _ATOM)
+        if not text("a:title") or not text("a:summary"):  # the loading rules refuse empty fields
+            continue
         out.append(Paper(
             arxiv_id=_VERSION_RE.sub("", raw_id),
             title=text("a:title"),

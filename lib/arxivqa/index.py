@@ -7,10 +7,19 @@ One index lives in one folder (``<ARXIVQA_INDEX_DIR>/<name>``)::
     whoosh/          keyword index, engine "whoosh" (BM25F; kept as a setting, slower, see README)
     chroma/          chromadb persistent collection(s) of abstract embeddings, one per embedder
 
+    manifest.json    written last by a finished build: per component its count, embedder, build time
+
 Builds are idempotent and resumable: the document store and the chroma collection add only the
 papers they lack, in committed batches; the whoosh index commits in batches too; the bm25s index is
 rebuilt whole (≈1–2 min on the full corpus) into a temporary folder that replaces the old one
 atomically, and is skipped when it already covers the document store.
+
+**Partial indexes are refused.** A build removes ``manifest.json`` first and writes it last, listing
+each component that covers every paper of the document store. ``open_index`` (what the tools, the
+labeller and evaluation use) checks the keyword engine and the embedder asked for against it and
+raises ``IndexIncompleteError`` (with the command that resumes the build) for a build that was killed,
+a component never built, or an embedder the index was not built with. An index built before manifests
+existed is checked component by component once, and its manifest written when all of them agree.
 """
 
 from __future__ import annotations
@@ -36,6 +45,13 @@ from .corpus import Paper
 from .embed import Embedder, get_embedder
 
 KEYWORD_ENGINES = ("bm25s", "whoosh")
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "arxivqa-index/1"
+
+
+class IndexIncompleteError(FileNotFoundError):
+    """An index that is missing, was not finished, or lacks a component asked for; the message says how
+    to build or resume it (and names its folder: for people, never for the agent)."""
 TITLE_BOOST = 2  # title counted this many times (bm25s) / field boost (whoosh): a BM25F stand-in
 MAX_QUERY_TERMS = 16  # longest keyword query kept, by idf (rarest terms first)
 
@@ -494,12 +510,125 @@ class SearchIndex:
 
     @cached_property
     def semantic(self) -> SemanticIndex:
-        return SemanticIndex(self.folder / "chroma", self.embedder)
+        sem = SemanticIndex(self.folder / "chroma", self.embedder)
+        entry = (self.read_manifest() or {}).get("components", {}).get(_semantic_key(self.embedder.name))
+        if entry is not None and len(sem) != entry["count"]:  # changed since the manifest was written
+            raise IndexIncompleteError(f"the {self.embedder.name} embeddings in {self.folder} hold {len(sem)} "
+                                       f"papers, the manifest {entry['count']}; {self.resume_hint()}")
+        return sem
+
+    # -- manifest ---------------------------------------------------------------------
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.folder / MANIFEST
+
+    def read_manifest(self) -> dict | None:
+        try:
+            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (ValueError, UnicodeDecodeError):
+            return None  # unreadable: as good as absent (the index is then checked component by component)
+        return data if isinstance(data, dict) and data.get("format") == MANIFEST_FORMAT else None
+
+    def resume_hint(self, embedder: str | None = None) -> str:
+        """The command that finishes this index (a build adds only what is missing)."""
+        return resume_hint(self.folder, self.keyword_engine_name, embedder)
+
+    def component_counts(self, embedder: Embedder | None = None) -> dict[str, int | None]:
+        """How many papers each component holds, read from the components themselves (None: absent or
+        unreadable); slower than the manifest, used when there is none."""
+        out: dict[str, int | None] = {"docs": len(self.docs)}
+        try:
+            out["bm25s"] = Bm25sEngine.stored_count(self.folder / "bm25s")
+        except (OSError, ValueError, KeyError):
+            out["bm25s"] = None
+        try:
+            from whoosh import index as windex
+
+            w = self.folder / "whoosh"
+            out["whoosh"] = windex.open_dir(str(w)).doc_count() if windex.exists_in(str(w)) else None
+        except Exception:  # noqa: BLE001 - a half-written whoosh index fails in many ways
+            out["whoosh"] = None
+        if embedder is not None:
+            try:
+                out[_semantic_key(embedder.name)] = (len(SemanticIndex(self.folder / "chroma", embedder))
+                                                     if (self.folder / "chroma").exists() else None)
+            except Exception:  # noqa: BLE001 - likewise a half-written chroma store
+                out[_semantic_key(embedder.name)] = None
+        return out
+
+    def write_manifest(self, seconds: dict[str, float] | None = None, embedder: Embedder | None = None,
+                       previous: dict | None = None) -> dict:
+        """Record every component that covers the whole document store (written atomically, last)."""
+        from .files import atomic_write_json
+
+        counts = self.component_counts(embedder)
+        docs = counts["docs"]
+        now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        comps = {k: v for k, v in (previous or {}).get("components", {}).items()
+                 if v.get("count") == docs and k not in counts}  # other embedders' collections, still whole
+        for key, n in counts.items():
+            if key == "docs" or n != docs or docs == 0:
+                continue
+            entry = {"count": n, "built": now}
+            if seconds and key in seconds:
+                entry["seconds"] = round(seconds[key], 2)
+            if key.startswith("semantic:") and embedder is not None:
+                entry |= {"embedder": embedder.name, "dim": int(embedder.dim)}
+            comps[key] = entry
+        manifest = {"format": MANIFEST_FORMAT, "docs": docs, "written": now, "components": comps}
+        atomic_write_json(self.manifest_path, manifest)
+        return manifest
+
+    def check(self, semantic: bool = True) -> dict:
+        """The manifest, after checking that the index is complete for its keyword engine (and, with
+        ``semantic``, its embedder); ``IndexIncompleteError`` saying what is missing and how to resume."""
+        emb = self.embedder.name if semantic else None
+        if len(self.docs) == 0 and not self.manifest_path.exists():
+            raise IndexIncompleteError(f"no index at {self.folder}; build it first: {self.resume_hint(emb)}")
+        manifest = self.read_manifest()
+        if manifest is None:  # a build that did not finish, or an index from before manifests: look inside
+            counts = self.component_counts(self.embedder if semantic else None)
+            wanted = [self.keyword_engine_name] + ([_semantic_key(emb)] if semantic else [])
+            short = [f"{k} {counts.get(k) or 0} of {counts['docs']}" for k in wanted if counts.get(k) != counts["docs"]]
+            if short:
+                raise IndexIncompleteError(f"the index at {self.folder} is incomplete (no {MANIFEST}: its build did "
+                                           f"not finish; papers per component: {', '.join(short)}); "
+                                           f"{self.resume_hint(emb)}")
+            try:
+                manifest = self.write_manifest(embedder=self.embedder if semantic else None)
+            except OSError:  # a read-only index: checked, usable, the manifest left unwritten
+                manifest = {"format": MANIFEST_FORMAT, "docs": counts["docs"], "components": {
+                    k: {"count": counts[k]} for k in wanted}}
+        comps = manifest.get("components", {})
+        problems = []
+        if manifest.get("docs") != len(self.docs):
+            problems.append(f"the document store holds {len(self.docs)} papers, the manifest {manifest.get('docs')}")
+        if self.keyword_engine_name not in comps:
+            problems.append(f"no complete {self.keyword_engine_name} keyword index")
+        if semantic:
+            entry = comps.get(_semantic_key(emb))
+            if entry is None:
+                built = [v.get("embedder", k) for k, v in comps.items() if k.startswith("semantic:")]
+                problems.append(f"no complete semantic index for the embedder {emb!r}"
+                                + (f" (built for: {', '.join(built)})" if built else ""))
+            elif entry.get("dim") not in (None, self.embedder.dim):
+                problems.append(f"the {emb} vectors have {entry['dim']} dimensions, the embedder {self.embedder.dim}")
+        if problems:
+            raise IndexIncompleteError(f"the index at {self.folder} does not match what was asked for: "
+                                       f"{'; '.join(problems)}; {self.resume_hint(emb)}")
+        return manifest
 
     # -- build --------------------------------------------------------------------------
 
     def build(self, papers: Iterable[Paper], keyword_engines: Sequence[str] | None = None, semantic: bool = True) -> BuildReport:
-        """Add ``papers`` to every part of the index; re-running adds only what is missing."""
+        """Add ``papers`` to every part of the index; re-running adds only what is missing. The manifest
+        is removed first and written last, so a build that does not finish leaves an index that
+        ``open_index`` refuses."""
+        previous = self.read_manifest()
+        self.manifest_path.unlink(missing_ok=True)
         report = BuildReport()
         report.docs_added = self.docs.add(tqdm(papers, desc="documents", unit="doc"))
         report.docs = len(self.docs)
@@ -522,10 +651,16 @@ class SearchIndex:
             t0 = time.perf_counter()
             report.embed_added = self.semantic.add(list(self.docs.iter_papers()))
             report.embed_seconds = time.perf_counter() - t0
+        seconds = dict(report.keyword_seconds)
+        if semantic:
+            seconds[_semantic_key(self.embedder.name)] = report.embed_seconds
+        self.write_manifest(seconds, self.embedder if semantic else None, previous)  # last: the build is whole
         return report
 
     def exists(self) -> bool:
-        return len(self.docs) > 0 and (self.folder / self.keyword_engine_name).exists()
+        """A finished build (its manifest) with this index's keyword engine."""
+        manifest = self.read_manifest()
+        return manifest is not None and self.keyword_engine_name in manifest.get("components", {})
 
     # -- search -------------------------------------------------------------------------
 
@@ -550,6 +685,23 @@ class SearchIndex:
         return self.semantic.search(query, k, min_date)
 
 
+def resume_hint(folder: Path, engine: str | None = None, embedder: str | None = None) -> str:
+    folder = Path(folder)
+    if folder.name in config.SCALES:
+        cmd = f"python -m arxivqa.index build --scale {folder.name}"
+        cmd += f" --engines {engine}" if engine else ""
+        cmd += f" --embedder {embedder}" if embedder and not embedder.startswith("st-") else ""
+        if folder.resolve() != (config.settings().index_dir / folder.name).resolve():
+            cmd = f"ARXIVQA_INDEX_DIR={folder.parent} {cmd}"
+        return f"finish or resume it with `{cmd}` (a build adds only what is missing)"
+    return ("finish or resume it by running the build that made it again (SearchIndex(folder).build(papers, ...) "
+            "adds only what is missing)")
+
+
+def _semantic_key(embedder_name: str) -> str:
+    return f"semantic:{embedder_name}"
+
+
 _OPEN: dict[tuple, SearchIndex] = {}
 _OPEN_LOCK = threading.Lock()
 
@@ -561,19 +713,21 @@ def open_index_spec(spec: str | Path | None = None, embedder: str | None = None)
 
 
 def open_index(name: str | None = None, folder: str | Path | None = None, keyword_engine: str | None = None,
-               embedder: str | None = None) -> SearchIndex:
+               embedder: str | None = None, semantic: bool = True) -> SearchIndex:
     """A process-wide shared, opened index (environments created per rollout share it); the
-    defaults follow the settings (scale, keyword engine, embedder)."""
+    defaults follow the settings (scale, keyword engine, embedder). An index that is not complete for
+    that keyword engine and (with ``semantic``) embedder is refused: ``IndexIncompleteError``."""
     name = name or config.scale()
     keyword_engine = keyword_engine or config.settings().keyword_engine
-    key = (str(folder or config.settings().index_dir / name), keyword_engine, embedder)
+    key = (str(folder or config.settings().index_dir / name), keyword_engine, embedder, semantic)
     with _OPEN_LOCK:
         if key not in _OPEN:
+            folder_path = Path(folder) if folder else config.settings().index_dir / name
+            if not (folder_path / "docs.sqlite").exists():  # do not create an empty store by looking
+                raise IndexIncompleteError(f"no index at {folder_path}; build it first: "
+                                           f"{resume_hint(folder_path, keyword_engine, embedder)}")
             idx = SearchIndex(folder, name=name, keyword_engine=keyword_engine, embedder=embedder)
-            if not idx.exists():
-                raise FileNotFoundError(
-                    f"no index at {idx.folder}; build it first: python -m arxivqa.index build --name {name}"
-                )
+            idx.check(semantic=semantic)
             _OPEN[key] = idx
         return _OPEN[key]
 

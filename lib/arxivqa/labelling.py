@@ -22,8 +22,15 @@ of events (source ``original`` / ``labeller`` / ``human``, time, reason). The cu
 original gold, plus human accepts/adds, minus human rejects/removes; labeller proposals stay *pending*
 until a person decides. Every change re-reads the file under a lock, appends, and writes atomically
 (temporary file + rename): a crash mid-write leaves the previous file, and a labeller rerun only adds a
-``propose`` event, so nothing a person curated is lost. ``export`` writes the query-file format the
-trainer and ``arxivqa.evaluate`` read.
+``propose`` event, so nothing a person curated is lost. Reads are never stale: ``queries`` re-reads
+the file (under the lock) whenever it changed on disk, and ``export`` always re-reads under the lock.
+``export`` writes the query-file format the trainer and ``arxivqa.evaluate`` read.
+
+After every successful write the same content goes to ``labels.json.bak`` (the last good copy). A
+``labels.json`` that cannot be read (truncated, empty, not the store's format) is a ``LabelStoreError``
+naming the file, what is wrong, and the recovery command ``python -m arxivqa.labelling restore
+[--store FILE]`` (the broken file is kept as ``labels.json.corrupt-<time>``, the last good copy put back).
+Temporary files orphaned by a killed writer are removed at the next write.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from pydantic import BaseModel, Field, field_validator
 from .config import settings
 from .corpus import Difficulty, Query
 from .evaluate import rrf
-from .files import atomic_write_json, atomic_write_text
+from .files import atomic_write_bytes, atomic_write_json, atomic_write_text
 from .llm import LLM, LLMError
 from .records import content_words
 from .tools import ArxivEnv
@@ -370,12 +377,40 @@ class QueryLabels(BaseModel):
         return set(self.gold_in_corpus) | {i for e in self.history if e.action != "gold" for i in e.ids}
 
 
+FORMAT = "arxivqa-labels/1"
+
+
+class LabelStoreError(ValueError):
+    """The label store's file cannot be read; the message names it and says how to recover."""
+
+
 class LabelStore:
     """Labels with history in one JSON file; every change is locked, re-read, appended, written atomically."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path else labels_dir() / "labels.json"
-        self.queries: dict[str, QueryLabels] = self._read()
+        self._queries: dict[str, QueryLabels] = {}
+        self._seen: tuple | None = None  # (inode, mtime, size) of the file self._queries was read from
+        self.refresh()
+
+    @property
+    def backup_path(self) -> Path:
+        """The last good copy of the store, beside it."""
+        return self.path.with_name(self.path.name + ".bak")
+
+    @property
+    def queries(self) -> dict[str, QueryLabels]:
+        """The current labels: re-read (under the lock) whenever the file changed on disk since the last
+        read, so a view never misses what another store object or process wrote."""
+        if self._signature() != self._seen:
+            self.refresh()
+        return self._queries
+
+    def refresh(self) -> dict[str, QueryLabels]:
+        """Re-read the file under the lock."""
+        with self._locked():
+            self._queries, self._seen = self._read(), self._signature()
+        return self._queries
 
     @classmethod
     def open(cls, path: str | Path | None = None, queries: Iterable[Query] = ()) -> LabelStore:
@@ -395,11 +430,88 @@ class LabelStore:
 
     # -- reading and writing ---------------------------------------------------------------
 
+    def _signature(self) -> tuple | None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    @staticmethod
+    def parse(path: Path) -> dict[str, QueryLabels]:
+        """The queries of a store file; ``LabelStoreError`` (a ValueError) naming the file and the problem."""
+        try:
+            text = path.read_text(encoding="utf-8")
+            if not text.strip():
+                raise ValueError("the file is empty")
+            data = json.loads(text)
+            if not isinstance(data, dict) or not isinstance(data.get("queries"), dict):
+                raise ValueError("not a label store: expected a JSON object whose 'queries' is an object "
+                                 f"(format {FORMAT})")
+            out = {}
+            for qid, v in data["queries"].items():
+                try:
+                    out[qid] = QueryLabels.model_validate(v)
+                except ValueError as exc:
+                    raise ValueError(f"query {qid!r} is not valid: {str(exc)[:300]}") from None
+            return out
+        except UnicodeDecodeError as exc:
+            raise LabelStoreError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+        except json.JSONDecodeError as exc:
+            raise LabelStoreError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}; "
+                                  "truncated?)") from None
+        except ValueError as exc:
+            raise LabelStoreError(f"{path}: {exc}") from None
+
     def _read(self) -> dict[str, QueryLabels]:
         if not self.path.exists():
             return {}
-        data = json.loads(self.path.read_text(encoding="utf-8"))
-        return {qid: QueryLabels.model_validate(v) for qid, v in data["queries"].items()}
+        try:
+            return self.parse(self.path)
+        except LabelStoreError as exc:
+            bak = self.backup_path
+            try:
+                good = self.parse(bak) if bak.exists() else None
+            except LabelStoreError:
+                good = None
+            if good is not None:
+                how = (f"the last good copy is {bak} ({len(good)} queries, "
+                       f"{sum(len(q.history) for q in good.values())} events); restore it with: "
+                       f"python -m arxivqa.labelling restore --store {self.path}")
+            else:
+                how = ("there is no readable backup beside it; restore the file from version control or "
+                       "recreate the store")
+            raise LabelStoreError(f"the label store cannot be read: {exc}. Nothing was changed; {how}") from None
+
+    @classmethod
+    def restore(cls, path: str | Path | None = None) -> tuple[bool, Path | None]:
+        """Put the last good copy (``.bak``) back in place of a broken store file, which is kept as
+        ``<name>.corrupt-<time>``. Returns (restored?, where the broken file went); a readable store is
+        left alone: (False, None)."""
+        store = cls.__new__(cls)  # not __init__: it would refuse the broken file
+        store.path = Path(path) if path else labels_dir() / "labels.json"
+        store._queries, store._seen = {}, None
+        with store._locked():
+            try:
+                if store.path.exists():
+                    cls.parse(store.path)
+                    return False, None
+            except LabelStoreError:
+                pass
+            if not store.backup_path.exists():
+                raise LabelStoreError(f"{store.path}: no backup {store.backup_path} to restore from")
+            cls.parse(store.backup_path)  # refuses a broken backup, naming it
+            moved = None
+            if store.path.exists():
+                moved = store.path.with_name(f"{store.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+                store.path.rename(moved)
+            atomic_write_bytes(store.path, store.backup_path.read_bytes())
+        return True, moved
+
+    def _remove_orphans(self) -> None:
+        """Temporary files of writers killed between writing and renaming (called under the lock)."""
+        for p in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+            p.unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def _locked(self):
@@ -423,10 +535,12 @@ class LabelStore:
                 if qid not in state:
                     raise KeyError(f"query {qid!r} is not in the label store {self.path}")
                 state[qid] = state[qid].model_copy(update={"history": [*state[qid].history, ev]})
-            payload = {"format": "arxivqa-labels/1", "updated": _now(),
+            payload = {"format": FORMAT, "updated": _now(),
                        "queries": {qid: ql.model_dump(mode="json") for qid, ql in state.items()}}
+            self._remove_orphans()
             atomic_write_json(self.path, payload)
-            self.queries = state
+            self._queries, self._seen = state, self._signature()
+            atomic_write_bytes(self.backup_path, self.path.read_bytes())  # the last good copy
 
     def record(self, qid: str, event: LabelEvent) -> None:
         self._commit([(qid, event)])
@@ -451,9 +565,10 @@ class LabelStore:
 
     def export(self, path: str | Path, include_pending: bool = False,
                in_corpus: Callable[[str], bool] | None = None) -> list[Query]:
-        """Write the current labels in the query-file format (``queries_train.jsonl``'s fields)."""
+        """Write the current labels in the query-file format (``queries_train.jsonl``'s fields), as the
+        file holds them now (re-read under the lock: another store object or process may have written)."""
         out = []
-        for ql in self.queries.values():
+        for ql in self.refresh().values():
             gold = ql.labels(include_pending)
             known = ql.known_in_corpus()
             in_c = [i for i in gold if (in_corpus(i) if in_corpus else i in known)]
@@ -494,8 +609,16 @@ def main(argv: list[str] | None = None) -> None:
     e.add_argument("--out", required=True)
     e.add_argument("--store", default=None)
     e.add_argument("--include-pending", action="store_true")
+    rs = sub.add_parser("restore", help="put the last good copy (labels.json.bak) back in place of a broken store")
+    rs.add_argument("--store", default=None)
     args = p.parse_args(argv)
 
+    if args.cmd == "restore":
+        restored, moved = LabelStore.restore(args.store)
+        where = args.store or labels_dir() / "labels.json"
+        print(f"restored {where} from its last good copy" + (f"; the broken file is kept as {moved}" if moved else "")
+              if restored else f"{where} is readable; nothing to restore")
+        return
     if args.cmd == "export":
         qs = LabelStore(args.store).export(args.out, include_pending=args.include_pending)
         print(f"wrote {len(qs)} queries to {args.out}")

@@ -36,7 +36,10 @@ between notebooks, run ``make serve`` and set ``ARXIVQA_LOCAL_LLM_URL`` to the U
 - **Accounting**: every call is recorded (``LLM.calls``: tokens, seconds, attempts, cached, ok) and
   summed in ``LLM.stats``.
 - **Secrets**: the API key is read from the environment variable the endpoint names, at client
-  construction; it is never part of a cache key, a record, a log line or a result.
+  construction; it is never part of a cache key, a record, a log line or a result. A server may echo
+  the key in an error body (a 401 "Incorrect API key provided: ...", a 500 that echoes headers), so
+  every error text is passed through ``scrub`` (the key, ``Bearer ...`` and ``sk-...``-shaped tokens
+  removed) before it is stored, logged or raised, and ``LLMError`` does not chain the original exception.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 import socket
 import sqlite3
 import subprocess
@@ -366,7 +370,7 @@ class CallRecord(BaseModel):
     response_model: str
     ok: bool
     cached: bool
-    attempts: int = 0  # requests sent (0 for a cache hit)
+    attempts: int = 0  # HTTP requests sent, transport retries included (0 for a cache hit)
     parse_errors: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -403,6 +407,26 @@ class LLMError(RuntimeError):
     """Every attempt at a valid structured answer failed (the message says why; it never holds the key)."""
 
 
+REDACTED = "[redacted]"
+# Credentials a server may echo: "Bearer <token>" (an Authorization header) and OpenAI-style keys.
+_TOKEN_PATTERNS = (re.compile(r"(?i)\b(bearer)\s+[^\s\"',;}\]]+"), re.compile(r"\bsk-[A-Za-z0-9_\-*.]{6,}"),
+                   re.compile(r"(?i)(api[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',;}\]]{6,}"))
+
+
+def scrub(text: object, secrets: Sequence[str | None] = ()) -> str:
+    """``text`` without any of ``secrets`` (each at least 4 characters) and without ``Bearer ...``,
+    ``sk-...`` or ``api_key=...``-shaped tokens: what an error message may keep."""
+    out = str(text)
+    for key in sorted({k for k in secrets if k and len(k) >= 4}, key=len, reverse=True):
+        out = out.replace(key, REDACTED)
+    out = _TOKEN_PATTERNS[0].sub(lambda m: f"{m.group(1)} {REDACTED}", out)
+    out = _TOKEN_PATTERNS[1].sub(REDACTED, out)
+    return _TOKEN_PATTERNS[2].sub(lambda m: m.group(1) + REDACTED, out)
+
+
+_CURRENT = threading.local()  # the CallRecord of the structured() call running in this thread
+
+
 # --------------------------------------------------------------------------- the client
 
 
@@ -419,15 +443,18 @@ class LLM:
 
     def __post_init__(self) -> None:
         import instructor
-        from openai import OpenAI
+        from openai import DefaultHttpxClient, OpenAI
 
         ep = self.endpoint
         key = secret(ep.api_key_env)
         if ep.api_key_env and not key:
             raise LLMError(f"endpoint {ep.name!r} needs an API key in the environment variable {ep.api_key_env}")
         self.base_url = self.base_url or ep.base_url
+        self._secrets = (key,) if key else ()
+        # every HTTP request sent (transport retries included) counts as an attempt of the running call
+        http = DefaultHttpxClient(event_hooks={"request": [_count_request]})
         raw = OpenAI(base_url=self.base_url, api_key=key or "no-key-needed-for-a-local-server",
-                     timeout=ep.timeout, max_retries=ep.transport_retries)
+                     timeout=ep.timeout, max_retries=ep.transport_retries, http_client=http)
         self._client = instructor.from_openai(raw, mode=getattr(instructor.Mode, MODES[ep.mode]))
         self._lock = threading.Lock()
 
@@ -459,7 +486,6 @@ class LLM:
         invalid: set[int] = set()  # attempts whose output could not become a response_model
 
         def on_response(resp: Any) -> None:
-            rec.attempts += 1
             usage = getattr(resp, "usage", None)
             rec.prompt_tokens += getattr(usage, "prompt_tokens", 0) or 0
             rec.completion_tokens += getattr(usage, "completion_tokens", 0) or 0
@@ -477,15 +503,20 @@ class LLM:
         hooks.on("parse:error", on_parse_error)
         retrying = Retrying(stop=stop_after_attempt(ep.max_retries), wait=wait_exponential(multiplier=0.5, max=8),
                             reraise=True)
+        _CURRENT.rec = rec
         try:
             out = self._client.chat.completions.create(model=self._served_model(), messages=list(messages),
                                                        response_model=response_model, max_retries=retrying,
                                                        max_tokens=max_tokens, temperature=temperature, hooks=hooks)
         except Exception as exc:  # noqa: BLE001 - reported as LLMError, counted
-            rec.ok, rec.error = False, f"{type(exc).__name__}: {str(exc)[:300]}"
+            # scrubbed before it is cut (a cut could split the key), and not chained: the original
+            # exception's text and body may hold the key, and a traceback would print them
+            rec.ok, rec.error = False, scrub(f"{type(exc).__name__}: {exc}", self._secrets)[:300]
             self._record(rec, t0)
             raise LLMError(f"{ep.name}: no valid {response_model.__name__} after {rec.attempts} request(s): "
-                           f"{rec.error}") from exc
+                           f"{rec.error}") from None
+        finally:
+            _CURRENT.rec = None
         if self.cache is not None:
             self.cache.put(key, ep, out.model_dump_json(), rec.prompt_tokens, rec.completion_tokens)
         self._record(rec, t0)
@@ -530,6 +561,12 @@ class LLM:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _count_request(_request: Any) -> None:
+    rec = getattr(_CURRENT, "rec", None)
+    if rec is not None:
+        rec.attempts += 1
 
 
 def open_llm(endpoint: str | Endpoint | None = None, *, cache: ResponseCache | None | Literal[False] = None,
@@ -602,6 +639,6 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["Endpoint", "EndpointUnreachable", "LLM", "LLMError", "check_reachable", "served_context_window", "LocalServer", "ResponseCache", "CallRecord", "Stats", "open_llm",
+__all__ = ["Endpoint", "EndpointUnreachable", "LLM", "LLMError", "check_reachable", "served_context_window", "scrub", "LocalServer", "ResponseCache", "CallRecord", "Stats", "open_llm",
            "local_server", "load_endpoints", "get_endpoint"]
 

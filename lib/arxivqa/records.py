@@ -44,11 +44,15 @@ _BAD_CHARS = re.compile(r"[\ud800-\udfff\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 def clean_text(text: Any, max_chars: int | None = None) -> str:
     """``text`` as a valid, storable string: lone surrogates become U+FFFD, NUL and other control
-    characters (but tab and newline) are dropped; cut to ``max_chars`` with a marker."""
+    characters (but tab and newline) are dropped; cut to at most ``max_chars``, marker included (so
+    cleaning again, as loading a saved record does, changes nothing)."""
     text = text if isinstance(text, str) else str(text)
     text = _BAD_CHARS.sub(lambda m: "\ufffd" if "\ud800" <= m.group() <= "\udfff" else "", text)
     if max_chars is not None and len(text) > max_chars:
-        text = text[:max_chars] + f"… [{len(text) - max_chars} characters cut]"
+        keep = max_chars
+        for _ in range(2):  # the marker's length depends on how much it cuts
+            keep = max(0, max_chars - len(f"… [{len(text) - keep} characters cut]"))
+        text = text[:keep] + f"… [{len(text) - keep} characters cut]"
     return text
 
 
@@ -67,16 +71,21 @@ def clean_value(value: Any, max_chars: int = MAX_STORED_CHARS, depth: int = 0) -
         except (ValueError, TypeError, RecursionError):  # TypeError: keys json cannot write (a tuple)
             text = "(nested too deep)"
         return clean_text(text, 200)
+    # a cut container keeps MAX_STORED_ITEMS entries, its marker included: cleaning again changes nothing
+    keep = MAX_STORED_ITEMS - 1
     if isinstance(value, dict):
         items = list(value.items())
-        out = {clean_text(k, 100): clean_value(v, max_chars, depth + 1) for k, v in items[:MAX_STORED_ITEMS]}
+        out = {clean_text(k, 100): clean_value(v, max_chars, depth + 1)
+               for k, v in items[: keep if len(items) > MAX_STORED_ITEMS else MAX_STORED_ITEMS]}
         if len(items) > MAX_STORED_ITEMS:
-            out["…"] = f"{len(items) - MAX_STORED_ITEMS} more keys cut"
+            out["…"] = f"{len(items) - keep} more keys cut"
         return out
     if isinstance(value, (list, tuple)):
-        out = [clean_value(v, max_chars, depth + 1) for v in list(value)[:MAX_STORED_ITEMS]]
-        if len(value) > MAX_STORED_ITEMS:
-            out.append(f"… {len(value) - MAX_STORED_ITEMS} more items cut")
+        items = list(value)
+        out = [clean_value(v, max_chars, depth + 1)
+               for v in items[: keep if len(items) > MAX_STORED_ITEMS else MAX_STORED_ITEMS]]
+        if len(items) > MAX_STORED_ITEMS:
+            out.append(f"… {len(items) - keep} more items cut")
         return out
     return clean_text(repr(value), max_chars)
 

@@ -13,6 +13,9 @@ Per episode:
 - **Errors are messages.** Bad input (unknown or malformed ID, >10 IDs, empty or huge query, wrong
   argument types, unknown tool) returns a clear ``Error: ...`` text to the agent; nothing raises
   out of the episode.
+- **No machine details.** A missing or unfinished index is reported to the agent as
+  ``index_unavailable`` without its folder (the operator gets the full message in the log), and any
+  other failure's text has filesystem paths replaced by ``<path>``.
 - **Parallel calls.** ``env._run_parallel(calls)`` runs one turn's batch of calls concurrently and
   returns the results in call order (the agent loop uses it; TRL calls the methods itself).
 """
@@ -25,6 +28,8 @@ import hashlib
 import hmac
 import inspect
 import json
+import logging
+import re
 import secrets
 import threading
 import time
@@ -34,7 +39,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError, validate_call
 
 from .index import Hit as IndexHit
-from .index import SearchIndex, date_int, open_index, snippets
+from .index import IndexIncompleteError, SearchIndex, date_int, open_index, snippets
 from .records import MAX_SUBMIT, TOOL_NAMES, Hit, ToolCallRecord, clean_text, echo
 
 MAX_QUERY_CHARS = 1000
@@ -60,6 +65,25 @@ class Episode(BaseModel):
     def seen_ids(self) -> set[str]:
         """Every real arXiv ID that any tool result of the episode showed."""
         return {pid for c in self.calls for pid in c.result_ids}
+
+
+log = logging.getLogger(__name__)
+_LOGGED: set[str] = set()
+# an absolute (or home-relative) path of two or more parts, not the middle of a word, date or fraction
+_PATH = re.compile(r"(?<![\w.:/\\])(?:~|[A-Za-z]:)?(?:[/\\][\w.\-+@%]+){2,}[/\\]?")
+INDEX_UNAVAILABLE = ("the search index is not available (it is missing or its build did not finish); "
+                     "this is not a problem with your call, and no search can run now")
+
+
+def no_paths(text: str) -> str:
+    """``text`` with filesystem paths replaced by ``<path>``: what the agent may read of an internal error."""
+    return _PATH.sub("<path>", text)
+
+
+def _log_once(message: str) -> None:
+    if message not in _LOGGED:
+        _LOGGED.add(message)
+        log.error(message)
 
 
 class ToolError(ValueError):
@@ -100,8 +124,12 @@ def _tool(fn):
             text, error, code = f"Error: invalid arguments for {fn.__name__}: {clean_text(problems, 500)}", True, "bad_arguments"
         except ToolError as exc:
             text, error, code = f"Error: {clean_text(exc, 500)}", True, exc.code
+        except IndexIncompleteError as exc:  # the operator's problem: the folder goes to the log only
+            _log_once(f"{fn.__name__}: {exc}")
+            text, error, code = f"Error: {INDEX_UNAVAILABLE}", True, "index_unavailable"
         except Exception as exc:  # noqa: BLE001 - an environment bug must not kill the rollout
-            text, error, code = f"Error: {fn.__name__} failed: {type(exc).__name__}: {clean_text(exc, 300)}", True, "tool_failed"
+            text, error, code = (f"Error: {fn.__name__} failed: {type(exc).__name__}: {clean_text(no_paths(str(exc)), 300)}",
+                                 True, "tool_failed")
         env._record(fn.__name__, args, given, text, error, hits, time.perf_counter() - t0, code)
         return text
 
@@ -359,7 +387,8 @@ class ArxivEnv:
                 return refuse(f"Error: arguments for {name} must be a JSON object, got {type(arguments).__name__}", "bad_arguments")
             return getattr(self, name)(**{str(k): v for k, v in arguments.items()})
         except Exception as exc:  # noqa: BLE001 - the boundary: one bad call never ends the episode
-            return refuse(f"Error: {clean_text(name, 64)} failed: {type(exc).__name__}: {clean_text(exc, 200)}", "tool_failed")
+            return refuse(f"Error: {clean_text(name, 64)} failed: {type(exc).__name__}: {clean_text(no_paths(str(exc)), 200)}",
+                          "tool_failed")
 
     def _run_parallel(self, calls: list[tuple[str, Any]], turn: int | None = None) -> list[str]:
         """Run one turn's tool calls concurrently; results keep the call order."""
