@@ -176,39 +176,32 @@ class _Duplicates:
             examples = ", ".join(f"line {ln} ({key!r} = line {first})" for ln, key, first in self.skipped[:3])
             warnings.warn(f"{self.path}: skipped {len(self.skipped)} exact duplicate record(s) of an earlier "
                           f"{self.what}: {examples}{' ...' if len(self.skipped) > 3 else ''}", DataWarning,
-                          stacklevel=3)
+                          stacklevel=4)
+
+
+def _records(path: Path, model: type, key: str, what: str) -> Iterator:
+    """The valid records of a JSONL(.gz) file, by the loading rules of the module docstring."""
+    dups = _Duplicates(path, key)
+    for lineno, line in _lines(path):
+        try:
+            record = model.model_validate_json(line)
+        except ValueError as exc:
+            raise DataError(f"{path}:{lineno}: not a valid {what} record: {exc}") from None
+        if dups.keep(getattr(record, key), lineno, record):
+            yield record
+    dups.report()
 
 
 def iter_papers(path: str | Path | None = None) -> Iterator[Paper]:
     """Stream papers from a JSONL or JSONL.gz file (default: the configured corpus), by the loading
     rules of the module docstring."""
-    path = _require(Path(path) if path else corpus_path())
-    dups = _Duplicates(path, "arxiv_id")
-    for lineno, line in _lines(path):
-        try:
-            paper = Paper.model_validate_json(line)
-        except ValueError as exc:
-            raise DataError(f"{path}:{lineno}: not a valid paper record: {exc}") from None
-        if dups.keep(paper.arxiv_id, lineno, paper):
-            yield paper
-    dups.report()
+    yield from _records(_require(Path(path) if path else corpus_path()), Paper, "arxiv_id", "paper")
 
 
 def load_queries(path: str | Path | None = None) -> list[Query]:
     """Read a query file in the ``queries_train.jsonl`` format, by the loading rules of the module
     docstring."""
-    path = _require(Path(path) if path else queries_path())
-    out = []
-    dups = _Duplicates(path, "qid")
-    for lineno, line in _lines(path):
-        try:
-            query = Query.model_validate_json(line)
-        except ValueError as exc:
-            raise DataError(f"{path}:{lineno}: not a valid query record: {exc}") from None
-        if dups.keep(query.qid, lineno, query):
-            out.append(query)
-    dups.report()
-    return out
+    return list(_records(_require(Path(path) if path else queries_path()), Query, "qid", "query"))
 
 
 def gold_ids(queries: Iterable[Query]) -> set[str]:
