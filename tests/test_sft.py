@@ -65,7 +65,8 @@ def test_demonstration_files_round_trip_and_come_from_train_only(built_index, pa
         make_demos(DemoConfig(queries=str(qfile), split="dev"), index=built_index)
 
 
-def test_sft_trains_on_assistant_tokens_and_saves_a_loadable_model(built_index, papers, tmp_path, tiny_qwen):
+def test_sft_trains_on_assistant_tokens_and_saves_a_loadable_model(built_index, papers, tmp_path, tiny_qwen,
+                                                                  monkeypatch):
     """One short LoRA SFT run (a tiny Qwen2 with the packaged tokenizer) on two demonstrations: the loss is
     computed on the assistant turns only (TRL's training template), the LoRA weights move, and the merged
     model loads and generates."""
@@ -85,6 +86,25 @@ def test_sft_trains_on_assistant_tokens_and_saves_a_loadable_model(built_index, 
     policy = LocalHFPolicy(str(tmp_path / "sft-model"))
     turn = policy.chat(demos[0].messages[:2], tool_schemas(), 8)
     assert 0 < turn.completion_tokens <= 8
+    # what a fresh clone has: the published bf16 adapter and sft.json, from which the model is rebuilt by name
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+
+    from arxivqa.models import resolve_model
+    from arxivqa.sft import publish_warm_start
+
+    monkeypatch.setenv("ARXIVQA_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("ARXIVQA_MODELS_DIR", str(tmp_path / "models"))
+    kept = publish_warm_start(tmp_path / "sft-model")
+    assert sorted(p.name for p in (kept / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert json.loads((kept / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"] == tiny_qwen
+    assert {v.dtype for v in load_file(str(kept / "adapter" / "adapter_model.safetensors")).values()} == {torch.bfloat16}
+    rebuilt = resolve_model("sft-model")
+    assert rebuilt == str(tmp_path / "models" / "sft-model")
+    again = LocalHFPolicy(rebuilt, dtype="float32").chat(demos[0].messages[:2], tool_schemas(), 8)
+    assert again.completion_tokens > 0
 
 
 def test_only_selected_demonstrations_are_trained_on():

@@ -356,7 +356,9 @@ def publish_warm_start(model_dir: str | Path) -> Path:
     src = Path(model_dir)
     dst = warm_start_dir(src.name)
     dst.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(src / "adapter", dst / "adapter", dirs_exist_ok=True)
+    (dst / "adapter").mkdir(exist_ok=True)
+    for f in ("adapter_config.json", "adapter_model.safetensors"):  # not PEFT's generated model card
+        shutil.copy(src / "adapter" / f, dst / "adapter" / f)
     shutil.copy(src / "sft.json", dst / "sft.json")
     return dst
 
