@@ -261,7 +261,7 @@ class LocalHFPolicy:
                         cache.update(k[:, :, :p], v[:, :, :p], i)
                 else:
                     p = 0
-                out = self.model(input_ids=torch.tensor([ids[p:]]), past_key_values=cache,
+                out = self.model(input_ids=torch.tensor([ids[p:]]), **{self._cache_kw: cache},
                                  position_ids=torch.arange(p, len(ids))[None], use_cache=True)
                 logits.append(out.logits[:, -1].float())
                 rows.append((key, ids, [(layer.keys, layer.values) for layer in cache.layers]))
@@ -297,7 +297,7 @@ class LocalHFPolicy:
                         fed[r].append(tok)
                 mask = torch.cat([mask, torch.ones(len(rows), 1, dtype=torch.long)], dim=1)
                 pos = torch.tensor([[n + step] for n in lengths])
-                out = self.model(input_ids=nxt[:, None], past_key_values=batched, attention_mask=mask,
+                out = self.model(input_ids=nxt[:, None], **{self._cache_kw: batched}, attention_mask=mask,
                                  position_ids=pos, use_cache=True)
                 nxt = self._pick(out.logits[:, -1].float())
                 step += 1
@@ -309,6 +309,13 @@ class LocalHFPolicy:
         share = (time.perf_counter() - t0) / len(rows)
         return [self._turn([t for t in g if t not in stop], n, share, reused=p)
                 for g, n, p in zip(gen, lengths, reused)]
+
+    @property
+    def _cache_kw(self) -> str:
+        """The forward argument that takes a KV cache: ``cache`` in recent transformers, ``past_key_values`` before."""
+        import inspect
+
+        return "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
 
     def _pick(self, logits):
         import torch
