@@ -399,3 +399,21 @@ def test_a_missing_index_never_shows_the_agent_a_path(tmp_path, monkeypatch):
              env._call("keyword_search", '{"query": "graph"}')]
     assert all(t.startswith("Error:") for t in texts)
     assert not any(str(tmp_path) in t or "/indexes" in t for t in texts)
+
+
+def test_a_second_embedders_collection_is_checked_and_added_to_the_manifest(built_index, tmp_path, papers):
+    """An index holds one collection per embedder: one added by a later build (or before manifests) is
+    accepted once it covers every paper, and the first embedder's collection still is."""
+    import json
+    import shutil
+
+    from arxivqa.index import SearchIndex, SemanticIndex
+
+    folder = tmp_path / "copy"
+    shutil.copytree(built_index.folder, folder)
+    other = _other_embedder()
+    SemanticIndex(folder / "chroma", other).add(papers)  # built outside the manifest's build
+    SearchIndex(folder, embedder=other).check()
+    comps = json.loads((folder / "manifest.json").read_text())["components"]
+    assert {"semantic:static", "semantic:other"} <= set(comps)
+    SearchIndex(folder).check()  # the static collection is still whole and listed

@@ -284,7 +284,7 @@ def bench_agent(policy: str, limit: int = 16, preset_name: str = "cpu-warm", bat
     view = run_view(policy) or {"system_prompt": prompt_for(cfg), "env_kwargs": tool_view(cfg),
                                 "budgets": rollout_budgets(cfg)}
     queries = select_queries(split="dev", limit=limit).queries
-    index = index or open_index()
+    index = index or open_index(embedder=cfg.embedder)  # the preset's index (cpu-warm: the MiniLM side)
     loaded = make_policy(policy)
     check_policy(loaded, "--policy")
     result = {"policy": loaded.name, "queries": len(queries), "split": "dev", "preset": preset_name,

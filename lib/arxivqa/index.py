@@ -603,6 +603,18 @@ class SearchIndex:
                 manifest = {"format": MANIFEST_FORMAT, "docs": counts["docs"], "components": {
                     k: {"count": counts[k]} for k in wanted}}
         comps = manifest.get("components", {})
+        wanted = [self.keyword_engine_name] + ([_semantic_key(emb)] if semantic else [])
+        if manifest.get("docs") == len(self.docs) and any(k not in comps for k in wanted):
+            # a component built by another build (another embedder's collection, whoosh next to bm25s)
+            # or before manifests: checked inside and, when whole, added to the manifest
+            counts = self.component_counts(self.embedder if semantic else None)
+            if any(counts.get(k) == len(self.docs) for k in wanted if k not in comps):
+                try:
+                    manifest = self.write_manifest(embedder=self.embedder if semantic else None, previous=manifest)
+                except OSError:  # a read-only index: checked, usable, the manifest left as it is
+                    manifest = {**manifest, "components": {**comps, **{k: {"count": counts[k]} for k in wanted
+                                                                      if counts.get(k) == len(self.docs)}}}
+                comps = manifest.get("components", {})
         problems = []
         if manifest.get("docs") != len(self.docs):
             problems.append(f"the document store holds {len(self.docs)} papers, the manifest {manifest.get('docs')}")
