@@ -117,7 +117,8 @@ train-rar: setup  ## cpu-demo RaR GRPO run with the local judge -> data/runs/rar
 WARM_MODEL ?= smollm2-135m-tools
 WARM_DEMOS ?= 64
 warm-start: setup  ## demonstrations -> SFT -> data/models/$(WARM_MODEL)-sft -> results/warm_start/$(WARM_MODEL)-sft/
-	$(PY) -m arxivqa.sft demos --per-query 3 --out data/sft/demos.jsonl
+	$(PY) -m arxivqa.index build --embedder minilm-128
+	$(PY) -m arxivqa.sft demos --per-query 3 --embedder minilm-128 --out data/sft/demos.jsonl
 	$(PY) -m arxivqa.sft train --demos data/sft/demos.jsonl --model $(WARM_MODEL) --limit $(WARM_DEMOS) --epochs 2 --lr 3e-4 --out data/models/$(WARM_MODEL)-sft
 	$(PY) -m arxivqa.sft eval --model $(WARM_MODEL)-sft --limit 20
 
