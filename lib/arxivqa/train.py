@@ -764,7 +764,7 @@ def main(argv: list[str] | None = None) -> None:
         argv = sys.argv[1:]
     if argv and argv[0] == "export":
         e = argparse.ArgumentParser(prog="python -m arxivqa.train export",
-                                    description="copy a finished run's compact outputs to <results>/runs/<name>")
+                                    description="copy a run's compact outputs (finished, or up to its last checkpoint) to <results>/runs/<name>")
         e.add_argument("run", help="run folder")
         e.add_argument("--to", default=None, help="destination (default: <results>/runs/<run name>)")
         ea = e.parse_args(argv[1:])
