@@ -21,6 +21,7 @@ the agent as an error message while the episode goes on.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -310,9 +311,10 @@ class LocalHFPolicy:
         return [self._turn([t for t in g if t not in stop], n, share, reused=p)
                 for g, n, p in zip(gen, lengths, reused)]
 
-    @property
+    @functools.cached_property
     def _cache_kw(self) -> str:
-        """The forward argument that takes a KV cache: ``cache`` in recent transformers, ``past_key_values`` before."""
+        """The forward argument that takes a KV cache: ``cache`` in recent transformers, ``past_key_values``
+        before (looked up once, not per decoded token)."""
         import inspect
 
         return "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"

@@ -450,11 +450,10 @@ def main(argv: list[str] | None = None) -> None:
         from .records import save_trajectories
 
         queries = select_queries(split="dev", limit=a.limit).queries
+        from .models import warm_start_dir
         from .train import preset
 
         summary, policy, teacher = evaluate_warm_start(a.model, queries, preset(a.preset))
-        from .models import warm_start_dir
-
         out = Path(a.out or warm_start_dir(Path(a.model).name) / "eval.json")
         atomic_write_json(out, summary)
         save_trajectories(out.with_suffix(".trajectories.jsonl"), policy + teacher)
