@@ -143,3 +143,24 @@ def test_a_short_run_sees_as_many_queries_as_it_can():
     demos = [demo("a"), demo("a"), demo("a"), demo("b", False), demo("b"), demo("c")]
     assert [d.qid for d in spread(demos)] == ["a", "b", "c", "a", "a"]
     assert [d.qid for d in spread(demos, 2)] == ["a", "b"]
+
+
+def test_a_second_stage_trains_on_unseen_demonstrations_with_the_rollouts_prompt():
+    """``spread(skip=N)`` leaves out the first N of the round-robin order (what a first stage saw), and a
+    demonstration recorded under an older system prompt is trained with the one rollouts now use."""
+    from arxivqa.records import Trajectory
+    from arxivqa.sft import spread
+
+    def demo(qid, k):
+        msgs = [{"role": "system", "content": "old prompt"}, {"role": "user", "content": f"{qid}{k}"}]
+        return Demo(qid=qid, source="teacher", shape=str(k), messages=msgs, selected=True,
+                    trajectory=Trajectory(qid=qid, query="q", policy="t"))
+
+    demos = [demo(q, k) for q in "abc" for k in range(2)] + [demo("d", 0).model_copy(update={"selected": False})]
+    order = [(d.qid, d.shape) for d in spread(demos)]
+    assert order == [("a", "0"), ("b", "0"), ("c", "0"), ("a", "1"), ("b", "1"), ("c", "1")]
+    assert [(d.qid, d.shape) for d in spread(demos, limit=2, skip=3)] == order[3:5]
+    row = demos[0].row([], COMPACT_SYSTEM_PROMPT)
+    assert row["messages"][0] == {"role": "system", "content": COMPACT_SYSTEM_PROMPT}
+    assert row["messages"][1] == demos[0].messages[1] and demos[0].messages[0]["content"] == "old prompt"
+    assert demos[0].row([])["messages"][0]["content"] == "old prompt"

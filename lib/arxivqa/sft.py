@@ -58,8 +58,13 @@ class Demo(BaseModel):
     selected: bool = False  # finished with search recall > 0
     reason: str = ""
 
-    def row(self, tools: list[dict]) -> dict:
-        return {"messages": self.messages, "tools": tools}
+    def row(self, tools: list[dict], system_prompt: str | None = None) -> dict:
+        """The trainer's row; ``system_prompt`` replaces the recorded one (a demonstration file made before
+        the run's prompt changed still teaches what rollouts will see)."""
+        messages = self.messages
+        if system_prompt is not None and messages and messages[0].get("role") == "system":
+            messages = [{**messages[0], "content": system_prompt}, *messages[1:]]
+        return {"messages": messages, "tools": tools}
 
 
 # --------------------------------------------------------------------------- the teacher's queries
@@ -230,9 +235,10 @@ def load_demos(path: str | Path) -> list[Demo]:
         return [Demo.model_validate_json(line) for line in fh if line.strip()]
 
 
-def spread(demos: Sequence[Demo], limit: int | None = None) -> list[Demo]:
+def spread(demos: Sequence[Demo], limit: int | None = None, skip: int = 0) -> list[Demo]:
     """The selected demonstrations, round-robin over queries (every query's first, then every second, ...),
-    cut to ``limit``: a short SFT run still sees as many queries as it can."""
+    without the first ``skip`` of that order (those a previous stage trained on), cut to ``limit``: a short
+    SFT run still sees as many queries as it can."""
     by_query: dict[str, list[Demo]] = {}
     for d in demos:
         if d.selected:
@@ -241,6 +247,7 @@ def spread(demos: Sequence[Demo], limit: int | None = None) -> list[Demo]:
     while any(len(v) > k for v in by_query.values()):
         out += [v[k] for v in by_query.values() if len(v) > k]
         k += 1
+    out = out[skip:]
     return out[:limit] if limit else out
 
 
@@ -283,9 +290,12 @@ def training_template(tokenizer) -> str | None:
     return get_training_chat_template(tokenizer)
 
 
-def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = None) -> dict:
+def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = None,
+              system_prompt: str | None = None, meta: dict | None = None) -> dict:
     """LoRA SFT on the selected demonstrations (loss on assistant tokens only); the adapter is merged and
-    the model saved to ``out`` (a folder ``from_pretrained`` reads). Returns what was measured."""
+    the model saved to ``out`` (a folder ``from_pretrained`` reads). ``system_prompt``: the rollouts' prompt,
+    put in place of each demonstration's recorded one; ``meta``: more to record in ``sft.json``. Returns what
+    was measured."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -300,7 +310,7 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     out = Path(out)
     if s.threads:
         torch.set_num_threads(s.threads)
-    rows = [d.row(tool_schemas()) for d in demos if d.selected]
+    rows = [d.row(tool_schemas(), system_prompt) for d in demos if d.selected]
     if not rows:
         raise ValueError("no selected demonstration to train on")
     path = resolve_model(s.model)
@@ -341,7 +351,7 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     info = {"base": s.model, "demos": len(rows), "tokens": tokens, "assistant_tokens": assistant,
             "lora_norm": moved, "settings": s.model_dump(), "train_seconds": seconds,
             "steps": trainer.state.global_step, "first_loss": log[0]["loss"] if log else None,
-            "last_loss": log[-1]["loss"] if log else None, "log": trainer.state.log_history}
+            "last_loss": log[-1]["loss"] if log else None, **(meta or {}), "log": trainer.state.log_history}
     atomic_write_text(out / "sft.json", json.dumps(info, indent=2, default=str))
     return info
 
@@ -425,6 +435,9 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--epochs", type=float, default=SFTSettings().epochs)
     t.add_argument("--threads", type=int, default=None)
     t.add_argument("--limit", type=int, default=None, help="N selected demonstrations, spread over queries")
+    t.add_argument("--skip", type=int, default=0,
+                   help="leave out the first N of that spread (a second stage from a warm start: demonstrations it has not seen)")
+    t.add_argument("--preset", default="cpu-warm", help="the training preset whose system prompt the demonstrations get")
     t.add_argument("--max-length", type=int, default=SFTSettings().max_length)
     t.add_argument("--lr", type=float, default=SFTSettings().learning_rate)
     e = sub.add_parser("eval", help="a warm-started model and the teacher on dev queries (rollout prompt, view, budgets)")
@@ -440,9 +453,13 @@ def main(argv: list[str] | None = None) -> None:
         save_demos(out, demos, cfg)
         print(json.dumps({"out": str(out), **demo_stats(demos)}, indent=2))
     elif a.cmd == "train":
-        demos = spread(load_demos(a.demos), a.limit)
+        from .train import preset, prompt_for
+
+        demos = spread(load_demos(a.demos), a.limit, a.skip)
         info = train_sft(demos, a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads,
-                                                   max_length=a.max_length, learning_rate=a.lr))
+                                                   max_length=a.max_length, learning_rate=a.lr),
+                         system_prompt=prompt_for(preset(a.preset)),
+                         meta={"demos_file": Path(a.demos).name, "skipped": a.skip, "prompt_preset": a.preset})
         publish_warm_start(a.out)
         print(json.dumps({k: v for k, v in info.items() if k != "log"}, indent=2, default=str))
     else:

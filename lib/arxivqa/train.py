@@ -62,6 +62,10 @@ DIFFICULTY_ORDER = {"easy": 0, "medium": 1, None: 1, "hard": 2}
 COMPACT_SYSTEM_PROMPT = """You are a research retrieval agent for arXiv AI papers: find the papers that best answer the user's query. Think briefly, then call tools. Search from several angles (keyword_search for terms and names, semantic_search for ideas), use read_page when unsure, and end with finish, listing up to 10 paper IDs that tools returned, best first. Call a tool by writing:
 <tool_call>
 {"name": "keyword_search", "arguments": {"query": "your search terms"}}
+</tool_call>
+Submit by writing:
+<tool_call>
+{"name": "finish", "arguments": {"paper_ids": ["P-...", "P-..."]}}
 </tool_call>"""
 
 
@@ -120,12 +124,14 @@ class TrainConfig(BaseModel):
 
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu-demo": {},
-    # from the warm start (arxivqa.sft, `make warm-start`): room for the teacher's shapes (up to 4 search
-    # rounds, a read, finish), 4 rollouts a group so that rewards can differ within it, the demo index with
+    # from the warm start (arxivqa.sft, `make warm-start`, its second stage): room for the teacher's shapes
+    # (up to 4 search rounds, a read, finish; 1,024 tokens hold them in the titles-only view), sampling at
+    # 0.8 (at 1.0 the 135M policy drifted into 1,280-token repetition), 4 rollouts a group so that rewards
+    # can differ within it, the demo index with
     # the MiniLM semantic side (`python -m arxivqa.index build --embedder minilm-128`), LoRA r 8 on attention
     # and MLP (a 10 MB adapter in bf16), checkpoints every 5 steps (a long run resumes where it stopped)
-    "cpu-warm": dict(model="smollm2-135m-tools-sft", embedder="minilm-128", num_generations=4,
-                     max_completion_length=1280, max_tool_calling_iterations=6, learning_rate=5e-5, lora_r=8,
+    "cpu-warm": dict(model="smollm2-135m-tools-sft3", embedder="minilm-128", num_generations=4, temperature=0.8,
+                     max_completion_length=1024, max_tool_calling_iterations=6, learning_rate=5e-5, lora_r=8,
                      lora_alpha=16, save_steps=5,
                      lora_targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
     "paper": dict(model="Qwen/Qwen3-8B", learning_rate=1e-6, prompts_per_step=8, num_generations=8, num_iterations=4,
