@@ -38,7 +38,7 @@ def test_the_cpu_demo_config_builds_a_trl_config(tmp_path):
     assert set(PRESETS) == {"paper", "cpu-demo", "cpu-warm"}
     with pytest.raises(ValueError, match="unknown preset"):
         preset("huge")
-    warm = GRPOConfig(**grpo_args(preset("cpu-warm"), tmp_path))  # starts from the warm start (arxivqa.sft)
+    warm = GRPOConfig(**grpo_args(preset("cpu-warm"), tmp_path))  # the long-run preset (policy chosen by measurement)
     assert warm.num_generations == 4 and warm.max_tool_calling_iterations == 6 and warm.use_cpu
 
 
