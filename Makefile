@@ -123,6 +123,7 @@ warm-start: setup  ## demonstrations -> SFT in two stages -> data/models/$(WARM_
 	$(PY) -m arxivqa.sft demos --per-query 1 --seed 1 --embedder minilm-128 --out data/sft/demos-stage2.jsonl
 	$(PY) -m arxivqa.sft train --demos data/sft/demos-stage2.jsonl --model $(WARM_MODEL)-sft --epochs 1 --lr 2e-4 --out data/models/$(WARM_MODEL)-sft3
 	$(PY) -m arxivqa.sft eval --model $(WARM_MODEL)-sft3 --limit 20
+
 # The long RLVR runs kept in the repository: the cpu-warm preset (its policy chosen by measurement, README "Warm start"), uniform and
 # easy-to-hard, LONG_STEPS GRPO steps each, on the demo index with the MiniLM semantic side; each is
 # exported (config, metrics, rollouts, timing, TensorBoard events, bf16 adapter) to results/runs/<name>/.
