@@ -31,7 +31,7 @@ from arxivqa.train import rollout_trajectory
 OPAQUE = re.compile(r"P-[0-9a-f]{8,}")
 ID, ID2 = "<<ID>>", "<<ID2>>"  # filled with the paper IDs the first (good) search of the episode showed
 REAL = "1901.10000"  # a real arXiv ID of the test corpus (conftest.make_papers, paper 0)
-PRELUDE = ("keyword_search", {"query": "graph neural networks", "max_results": 3})
+PRELUDE = ("keyword_search", {"query": "neural networks on molecule graphs", "max_results": 3})  # not a later call: repeats are refused
 ROW = {"qid": "b", "query": "graph neural networks for molecules", "gold_in_corpus": [REAL], "difficulty": "easy"}
 MAX_SAVED = 100_000  # bytes of a saved trajectory (and of the episode), whatever the input ...
 MAX_SAVED_TEXT = 120_000  # ... but an assistant turn keeps up to 50,000 characters of its text and of its raw output

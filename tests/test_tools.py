@@ -70,6 +70,31 @@ def test_every_call_is_recorded_with_real_ids(env, papers):
     assert env.episode.seen_ids() == set(calls[0].result_ids)
 
 
+def test_a_repeated_search_or_read_is_refused_and_still_recorded(built_index):
+    from arxivqa.records import AssistantTurn, Trajectory
+    from arxivqa.rewards import duplication_gate
+
+    env = ArxivEnv(built_index)
+    first = env.keyword_search(query="robot grasping")
+    assert ids_in(first)
+    again = env.keyword_search(query="Robot  grasping", max_results=7)  # same call up to case, spaces, max_results
+    assert again.startswith("Error:") and "already ran this exact keyword_search" in again
+    assert env.episode.calls[-1].error_code == "repeated_call"
+    assert not env.keyword_search("robot grasping", min_date="2020-01-01").startswith("Error")  # other arguments run
+    pid = ids_in(first)[0]
+    assert not env.read_page(pid).startswith("Error") and env.read_page(paper_id=pid).startswith("Error")
+    assert not env.semantic_search(query="robot grasping").startswith("Error")  # another tool is another call
+    traj = Trajectory(qid="q", query="q", policy="t")
+    traj.add_step(AssistantTurn())
+    traj.steps[0].results = list(env.episode.calls)
+    assert duplication_gate(traj).passed  # no call so far is identical to another, max_results included
+    assert env.keyword_search(query="robot grasping").startswith("Error")
+    traj.steps[0].results = list(env.episode.calls)
+    assert not duplication_gate(traj).passed  # the refused exact repeat is recorded: the gate sees it
+    plain = ArxivEnv(built_index, refuse_repeats=False)
+    assert plain.keyword_search(query="robot grasping") == plain.keyword_search(query="robot grasping")
+
+
 def test_read_page_paginates(built_index, papers):
     env = ArxivEnv(built_index)
     pid = ids_in(env.keyword_search("quantisation four bits"))[0]

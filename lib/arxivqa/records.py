@@ -329,6 +329,21 @@ def content_words(text: Any) -> list[str]:
     return [w for w in words(text) if w not in STOPWORDS]
 
 
+def _normalise(value: Any) -> Any:
+    if isinstance(value, str):
+        return " ".join(value.lower().split())
+    if isinstance(value, dict):
+        return {str(k): _normalise(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_normalise(v) for v in value]
+    return value
+
+
+def call_key(name: str, arguments: Any) -> str:
+    """Tool name + normalised arguments (strings lower-cased and whitespace-collapsed, None dropped)."""
+    return name + ":" + json.dumps(_normalise(arguments), sort_keys=True, default=str)
+
+
 def word_set(text: Any) -> frozenset[str]:
     return frozenset(words(text))
 

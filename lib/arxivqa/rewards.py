@@ -35,16 +35,24 @@ the penalty of the largest token threshold strictly exceeded, 0 up to the first 
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .records import MAX_SUBMIT, SEARCH_TOOLS, Budgets, Trajectory, jaccard, search_queries, word_set
+from .records import (
+    MAX_SUBMIT,
+    SEARCH_TOOLS,
+    Budgets,
+    Trajectory,
+    call_key,
+    jaccard,
+    search_queries,
+    word_set,
+)
 from .records import search_recall as _search_recall
 
 _BUDGETS = Budgets()
@@ -138,21 +146,6 @@ def length_penalty(tokens: int, steps: Sequence[tuple[int, float]] | None = None
 
 
 # --------------------------------------------------------------------------- gates
-
-
-def _normalise(value: Any) -> Any:
-    if isinstance(value, str):
-        return " ".join(value.lower().split())
-    if isinstance(value, dict):
-        return {str(k): _normalise(v) for k, v in value.items() if v is not None}
-    if isinstance(value, (list, tuple)):
-        return [_normalise(v) for v in value]
-    return value
-
-
-def call_key(name: str, arguments: Any) -> str:
-    """Tool name + normalised arguments (strings lower-cased and whitespace-collapsed, None dropped)."""
-    return name + ":" + json.dumps(_normalise(arguments), sort_keys=True, default=str)
 
 
 def duplication_gate(traj: Trajectory, cfg: RewardConfig | None = None) -> GateResult:

@@ -10,6 +10,10 @@ Per episode:
   ``finish`` accept only IDs this episode has shown; the environment maps them back for scoring.
 - **Recording.** Every call, its arguments, its text result and the real arXiv IDs it returned are
   kept on ``env.episode`` (rewards need all tool results, not only the submission).
+- **Repeats are refused.** A search or read identical to one the episode already ran (same tool and
+  arguments, ``max_results`` aside) returns ``Error: ... already ran this exact ...`` instead of the same
+  hits again (``refuse_repeats``; measured: a 0.5B policy otherwise copies its last call turn after
+  turn). The refused call is recorded, so the RLVR duplication gate still counts it.
 - **Errors are messages.** Bad input (unknown or malformed ID, >10 IDs, empty or huge query, wrong
   argument types, unknown tool) returns a clear ``Error: ...`` text to the agent; nothing raises
   out of the episode.
@@ -40,7 +44,16 @@ from pydantic import BaseModel, Field, ValidationError, validate_call
 
 from .index import Hit as IndexHit
 from .index import IndexIncompleteError, SearchIndex, date_int, open_index, snippets
-from .records import MAX_SUBMIT, TOOL_NAMES, Hit, ToolCallRecord, clean_text, echo
+from .records import (
+    MAX_SUBMIT,
+    SEARCH_TOOLS,
+    TOOL_NAMES,
+    Hit,
+    ToolCallRecord,
+    call_key,
+    clean_text,
+    echo,
+)
 
 MAX_QUERY_CHARS = 1000
 MAX_ARGUMENT_CHARS = 20000  # a tool call's arguments as JSON text
@@ -101,7 +114,8 @@ def _tool(fn):
     The wrapper takes the environment positionally only, so an argument the model calls ``self`` is one
     more unknown argument, not a clash; model text is cleaned (``records.clean_value``) on the way in."""
     validated = validate_call(fn)
-    params = set(inspect.signature(fn).parameters) - {"self"}
+    signature = inspect.signature(fn)
+    params = set(signature.parameters) - {"self"}
 
     @functools.wraps(fn)
     def wrapper(env, /, *args, **kwargs):
@@ -116,8 +130,12 @@ def _tool(fn):
                 f"{' and more' if len(extra) > 5 else ''} of {fn.__name__}.\n") if extra else ""
         call = {k: _clean_arg(v) for k, v in given.items() if k in params}
         try:
+            key = env._check_repeat(fn.__name__, _bound(signature, env, args, call))
             text, hits = validated(env, *args, **call)
             text, error = note + text, False
+            if key is not None:
+                with env._lock:
+                    env._answered.add(key)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()[:5])
@@ -134,6 +152,17 @@ def _tool(fn):
         return text
 
     return wrapper
+
+
+def _bound(signature: inspect.Signature, env, args: tuple, call: dict) -> dict | None:
+    """A call's arguments by name with the defaults filled in (``read_page(pid)`` = ``read_page(paper_id=pid,
+    page=1)``); None when they do not bind (validation reports that)."""
+    try:
+        bound = signature.bind(env, *args, **call)
+    except TypeError:
+        return None
+    bound.apply_defaults()
+    return {k: v for k, v in bound.arguments.items() if k != "self"}
 
 
 def _clean_arg(value, depth: int = 0):
@@ -165,7 +194,8 @@ class ArxivEnv:
 
     def __init__(self, index: SearchIndex | None = None, index_name: str | None = None, seed: int | None = None,
                  result_cap: int | None = None, abstract_chars: int = ABSTRACT_CHARS,
-                 snippet_chars: int = SNIPPET_CHARS, max_snippets: int = MAX_SNIPPETS) -> None:
+                 snippet_chars: int = SNIPPET_CHARS, max_snippets: int = MAX_SNIPPETS,
+                 refuse_repeats: bool = True) -> None:
         """``result_cap`` (at most this many hits per search, whatever the agent asks), ``abstract_chars``,
         ``snippet_chars`` and ``max_snippets`` shrink what a search shows (0 abstract characters / 0
         snippets: titles only): training on a CPU uses a compact view because tool output counts
@@ -173,6 +203,7 @@ class ArxivEnv:
         self._index = index
         self._result_cap, self._abstract_chars = result_cap, abstract_chars
         self._snippet_chars, self._max_snippets = snippet_chars, max_snippets
+        self._refuse_repeats = refuse_repeats
         self._index_name = index_name
         self._rng_seed = seed
         self._lock = threading.Lock()
@@ -191,6 +222,7 @@ class ArxivEnv:
             salt = hashlib.sha256(f"{self._rng_seed}:{self._episode_no}".encode()).digest()
         self._salt = salt
         self.episode = Episode(row=row)
+        self._answered: set[str] = set()  # keys of the searches and reads this episode answered
         return None
 
     @property
@@ -233,6 +265,24 @@ class ArxivEnv:
             self.episode.calls.append(rec)
 
     # -- shared checks -----------------------------------------------------------------
+
+    def _check_repeat(self, name: str, arguments: dict | None) -> str | None:
+        """Refuse (``refuse_repeats``) a search or read that repeats one this episode already answered: the
+        same tool and the same arguments (defaults filled in, ``max_results`` aside: the view caps the hits
+        anyway). A small policy that sees its own call and its result in the context tends to copy the
+        call again, turn after turn; the refusal tells it so. The refused call is still recorded, so the
+        duplication gate of the RLVR reward sees it as before. Returns the call's key (None: not checked)."""
+        if not self._refuse_repeats or name == "finish" or arguments is None:
+            return None
+        key = call_key(name, {k: v for k, v in arguments.items() if k != "max_results"})
+        with self._lock:
+            seen = key in self._answered
+        if seen:
+            what = "search" if name in SEARCH_TOOLS else "page"
+            raise ToolError(f"this session already ran this exact {name} call; its results are above. "
+                            f"Try a different {what}, or call finish with the best IDs found so far",
+                            "repeated_call")
+        return key
 
     def _check_open(self) -> None:
         if self.episode.finished:
