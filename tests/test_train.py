@@ -14,7 +14,8 @@ from arxivqa.diagnostics import load_run
 from arxivqa.rewards import RewardConfig, rlvr_reward
 from arxivqa.tools import ArxivEnv
 from arxivqa.train import (PRESETS, RolloutLog, StepClock, TrainConfig, gpu_available, grpo_args, load_rollouts,
-                           load_unsloth, make_reward_func, order_queries, preset, rollout_trajectory, train)
+                           load_unsloth, make_reward_func, order_queries, preset, prompt_for, rollout_trajectory,
+                           train)
 
 from conftest import by_title, write_jsonl
 
@@ -39,7 +40,7 @@ def test_the_cpu_demo_config_builds_a_trl_config(tmp_path):
     with pytest.raises(ValueError, match="unknown preset"):
         preset("huge")
     warm = GRPOConfig(**grpo_args(preset("cpu-warm"), tmp_path))  # the long-run preset (policy chosen by measurement)
-    assert warm.num_generations == 4 and warm.max_tool_calling_iterations == 6 and warm.use_cpu
+    assert warm.num_generations == 4 and warm.max_tool_calling_iterations == 3 and warm.use_cpu
 
 
 def test_unsloth_is_imported_lazily_and_only_with_a_gpu():
@@ -88,6 +89,29 @@ def test_a_rollout_is_rebuilt_from_trls_messages_and_the_environment(built_index
     assert traj.steps[0].results[2].error and traj.steps[0].results[2].name == "no_such_tool"
     assert traj.submitted == [by_title(papers, "Graph neural").arxiv_id] and traj.stop_reason == "finished"
     assert rlvr_reward(traj).search_recall == 1.0
+
+
+def test_a_finish_in_the_turn_trl_did_not_run_is_run_and_other_calls_are_not(built_index, papers):
+    env = ArxivEnv(built_index)
+    gold = by_title(papers, "Graph neural").arxiv_id
+    env.reset(qid="q", query="graphs", gold_in_corpus=[gold])
+    full = _completion(env, papers)
+    env.reset(qid="q", query="graphs", gold_in_corpus=[gold])  # rerun the first turn only, as TRL would
+    env.keyword_search(query="graph neural networks molecules")
+    env.semantic_search(query="protein structure prediction")
+    oid = next(o for o, real in env.episode.id_map.items() if real == gold)
+    last = {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "keyword_search", "arguments": {"query": "molecules"}}},
+        {"type": "function", "function": {"name": "finish", "arguments": {"paper_ids": [oid]}}}]}
+    traj = rollout_trajectory({"qid": "q", "query": "graphs", "gold_in_corpus": [gold]}, full[:3] + [last], env)
+    assert traj.submitted == [gold] and traj.stop_reason == "finished"
+    assert [r.name for r in traj.tool_results] == ["keyword_search", "semantic_search", "finish"]  # the search did not run
+    assert rlvr_reward(traj).gates["submission"]
+
+
+def test_the_compact_prompt_states_the_runs_turn_budget():
+    assert "You have 3 turns of tool calls" in prompt_for(preset("cpu-demo", max_tool_calling_iterations=3))
+    assert "turns of tool calls" not in prompt_for(preset("cpu-demo", system_prompt="full"))
 
 
 def test_the_reward_function_scores_logs_and_records(built_index, papers, tmp_path):

@@ -494,6 +494,7 @@ class Agent:
     budgets: Budgets = field(default_factory=Budgets)
     system_prompt: str = SYSTEM_PROMPT
     context_window: int | None = None
+    user_template: str = "{query}"  # the user message: the query, or a framing of it ("Search query: {query}")
 
     def window(self) -> int | None:
         """The context window the episodes keep to (None: no limit)."""
@@ -581,7 +582,7 @@ class Agent:
         ``run`` drives one episode, ``run_many`` drives many in lockstep."""
         env.reset(**query.model_dump())
         messages: list[dict] = [{"role": "system", "content": self.system_prompt},
-                                {"role": "user", "content": query.query}]
+                                {"role": "user", "content": self.user_template.format(query=query.query)}]
         traj = Trajectory.start(query, self.policy.name)
         b = self.budgets
         t_start = time.perf_counter()

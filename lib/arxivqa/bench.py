@@ -278,11 +278,10 @@ def bench_agent(policy: str, limit: int = 16, preset_name: str = "cpu-warm", bat
     from .corpus import select_queries
     from .evaluate import check_policy, run_agent_eval, run_view, trajectory_metrics
     from .index import open_index
-    from .train import preset, prompt_for, rollout_budgets, tool_view
+    from .train import preset, rollout_view
 
     cfg = preset(preset_name)
-    view = run_view(policy) or {"system_prompt": prompt_for(cfg), "env_kwargs": tool_view(cfg),
-                                "budgets": rollout_budgets(cfg)}
+    view = run_view(policy) or rollout_view(cfg)
     queries = select_queries(split="dev", limit=limit).queries
     index = index or open_index(embedder=cfg.embedder)  # the preset's index (cpu-warm: the MiniLM side)
     loaded = make_policy(policy)
@@ -294,7 +293,7 @@ def bench_agent(policy: str, limit: int = 16, preset_name: str = "cpu-warm", bat
         t0 = time.perf_counter()
         trajs = run_agent_eval(policy, queries, index, budgets=view["budgets"], system_prompt=view["system_prompt"],
                                env_kwargs=view["env_kwargs"], batch_size=1 if path == "one_at_a_time" else batch,
-                               policy=loaded, progress=False)
+                               policy=loaded, progress=False, user_template=view["user_template"])
         wall = time.perf_counter() - t0
         m = [trajectory_metrics(t) for t in trajs]
         gen = sum(t.completion_tokens for t in trajs)
@@ -384,7 +383,7 @@ def bench_context(policy: str, limit: int = 10, window: int = 8192, budgets: str
         t0 = time.perf_counter()
         trajs = run_agent_eval(policy, queries, index, budgets=b, system_prompt=view.get("system_prompt"),
                                env_kwargs=view.get("env_kwargs"), batch_size=batch, policy=loaded, progress=False,
-                               context_window=w)
+                               context_window=w, user_template=view.get("user_template"))
         figures = context_figures(trajs, window, b.max_new_tokens) | {"wall_seconds": time.perf_counter() - t0}
         result["paths"][path] = figures
         print(path, json.dumps(figures), flush=True)

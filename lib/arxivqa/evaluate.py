@@ -175,11 +175,11 @@ def comparison_table(per_query: pd.DataFrame, metrics: Sequence[str] = TRAJECTOR
 def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concurrency: int = 1, budgets=None,
                    progress: bool = True, system_prompt: str | None = None, env_kwargs: dict | None = None,
                    batch_size: int | None = None, policy=None, context_window: int | None = None,
-                   chosen_by: str = "the policy name"):
+                   chosen_by: str = "the policy name", user_template: str | None = None):
     """Run the agent on each query. An in-process policy runs ``batch_size`` episodes in lockstep
     (default the setting ``eval_batch``: batched decoding, each episode's prompt prefix kept as a KV
     cache between turns; 1 = one at a time); an endpoint runs ``concurrency`` episodes at once.
-    ``system_prompt`` and ``env_kwargs`` (the tool view: ``result_cap``, ``abstract_chars``, ...) default
+    ``system_prompt``, ``user_template`` and ``env_kwargs`` (the tool view: ``result_cap``, ``abstract_chars``, ...) default
     to the agent's own; a trained policy is best evaluated with the prompt and view it was trained on
     (``run_view``). ``policy`` reuses an already loaded policy. ``context_window`` overrides the agent's
     (``Agent.window``; 0: no trimming). An endpoint policy is asked first whether its server is there
@@ -195,6 +195,8 @@ def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concu
     check_policy(agent.policy, chosen_by)
     if system_prompt is not None:
         agent.system_prompt = system_prompt
+    if user_template is not None:
+        agent.user_template = user_template
     batch_size = batch_size or settings().eval_batch
 
     def env():
@@ -223,10 +225,10 @@ def check_policy(policy, chosen_by: str = "the policy name") -> None:
 
 
 def run_view(policy_spec: str) -> dict:
-    """For ``run:<run>``: the system prompt, tool view and budgets the run was trained with (its rollouts'
+    """For ``run:<run>``: the system prompt, user message, tool view and budgets the run was trained with (its rollouts'
     turns and completion length), so that a trained policy is evaluated as it was trained; {} otherwise."""
     from .agent import find_run_folder
-    from .train import TrainConfig, prompt_for, rollout_budgets, tool_view
+    from .train import TrainConfig, rollout_view
 
     kind, _, rest = policy_spec.partition(":")
     if kind != "run":
@@ -234,7 +236,7 @@ def run_view(policy_spec: str) -> dict:
     from pathlib import Path
 
     cfg = TrainConfig.model_validate_json((Path(find_run_folder(rest)) / "config.json").read_text())
-    return {"system_prompt": prompt_for(cfg), "env_kwargs": tool_view(cfg), "budgets": rollout_budgets(cfg)}
+    return rollout_view(cfg)
 
 
 def eval_queries(path: str | None = None, split: str | None = None, limit: int | None = None):
@@ -400,7 +402,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         trajs = run_agent_eval(a.policy, queries, index, a.concurrency, budgets, batch_size=a.batch,
                                system_prompt=view.get("system_prompt"), env_kwargs=view.get("env_kwargs"),
-                               context_window=a.context_window, chosen_by="--policy")
+                               context_window=a.context_window, chosen_by="--policy",
+                               user_template=view.get("user_template"))
     except EndpointUnreachable as exc:
         raise SystemExit(f"error: {exc}") from None
     wall = time.perf_counter() - t0

@@ -58,12 +58,15 @@ class Demo(BaseModel):
     selected: bool = False  # finished with search recall > 0
     reason: str = ""
 
-    def row(self, tools: list[dict], system_prompt: str | None = None) -> dict:
-        """The trainer's row; ``system_prompt`` replaces the recorded one (a demonstration file made before
-        the run's prompt changed still teaches what rollouts will see)."""
-        messages = self.messages
+    def row(self, tools: list[dict], system_prompt: str | None = None, user_template: str | None = None) -> dict:
+        """The trainer's row; ``system_prompt`` and ``user_template`` replace the recorded system and first
+        user message (a demonstration file made before the run's prompt changed still teaches what
+        rollouts will see)."""
+        messages = list(self.messages)
         if system_prompt is not None and messages and messages[0].get("role") == "system":
-            messages = [{**messages[0], "content": system_prompt}, *messages[1:]]
+            messages[0] = {**messages[0], "content": system_prompt}
+        if user_template is not None and len(messages) > 1 and messages[1].get("role") == "user":
+            messages[1] = {**messages[1], "content": user_template.format(query=self.trajectory.query)}
         return {"messages": messages, "tools": tools}
 
 
@@ -97,12 +100,14 @@ def _plan(query: str, rng: random.Random) -> tuple[int, int, bool]:
 # --------------------------------------------------------------------------- one episode
 
 
-def teacher_episode(query: Query, env, rng: random.Random, system_prompt: str, max_submit: int = 10) -> Demo:
+def teacher_episode(query: Query, env, rng: random.Random, system_prompt: str, max_submit: int = 10,
+                    user_template: str = "{query}") -> Demo:
     """A scripted episode over the real tools (see the module docstring); ``env`` is reset here."""
     env.reset(**query.model_dump())
     rounds, n_calls, read = _plan(query.query, rng)
     traj = Trajectory.start(query, "teacher")
-    messages: list[dict] = [{"role": "system", "content": system_prompt}, {"role": "user", "content": query.query}]
+    messages: list[dict] = [{"role": "system", "content": system_prompt},
+                            {"role": "user", "content": user_template.format(query=query.query)}]
     rankings: list[list[str]] = []  # opaque IDs per search, in rank order
     found_by: dict[str, set[str]] = {}
     titles: list[str] = []
@@ -291,7 +296,7 @@ def training_template(tokenizer) -> str | None:
 
 
 def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = None,
-              system_prompt: str | None = None, meta: dict | None = None) -> dict:
+              system_prompt: str | None = None, meta: dict | None = None, user_template: str | None = None) -> dict:
     """LoRA SFT on the selected demonstrations (loss on assistant tokens only); the adapter is merged and
     the model saved to ``out`` (a folder ``from_pretrained`` reads). ``system_prompt``: the rollouts' prompt,
     put in place of each demonstration's recorded one; ``meta``: more to record in ``sft.json``. Returns what
@@ -310,7 +315,7 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     out = Path(out)
     if s.threads:
         torch.set_num_threads(s.threads)
-    rows = [d.row(tool_schemas(), system_prompt) for d in demos if d.selected]
+    rows = [d.row(tool_schemas(), system_prompt, user_template) for d in demos if d.selected]
     if not rows:
         raise ValueError("no selected demonstration to train on")
     path = resolve_model(s.model)
@@ -399,10 +404,11 @@ def evaluate_warm_start(model: str, queries: Sequence[Query], train_cfg=None, in
     budgets = rollout_budgets(cfg)
     t0 = time.perf_counter()
     policy = run_agent_eval(f"local:{model}", queries, index, budgets=budgets, progress=progress,
-                            system_prompt=prompt_for(cfg), env_kwargs=tool_view(cfg))
+                            system_prompt=prompt_for(cfg), env_kwargs=tool_view(cfg), user_template=cfg.user_template)
     wall = time.perf_counter() - t0
     env, rng = ArxivEnv(index, seed=seed, **tool_view(cfg)), random.Random(seed)
-    teacher = [teacher_episode(q, env, rng, prompt_for(cfg)).trajectory for q in queries]
+    teacher = [teacher_episode(q, env, rng, prompt_for(cfg), user_template=cfg.user_template).trajectory
+               for q in queries]
     frame = pd.DataFrame([trajectory_metrics(t) for t in policy + teacher])
     cols = ["recall@10", "search_recall", "finished", "unreadable_share", "tool_calls", "turns", "distinct_tools",
             "completion_tokens", "seconds"]
@@ -458,7 +464,7 @@ def main(argv: list[str] | None = None) -> None:
         demos = spread(load_demos(a.demos), a.limit, a.skip)
         info = train_sft(demos, a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads,
                                                    max_length=a.max_length, learning_rate=a.lr),
-                         system_prompt=prompt_for(preset(a.preset)),
+                         system_prompt=prompt_for(preset(a.preset)), user_template=preset(a.preset).user_template,
                          meta={"demos_file": Path(a.demos).name, "skipped": a.skip, "prompt_preset": a.preset})
         publish_warm_start(a.out)
         print(json.dumps({k: v for k, v in info.items() if k != "log"}, indent=2, default=str))

@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from .agent import SYSTEM_PROMPT
 from .config import Settings, run_roots, set_library_default, settings
@@ -59,7 +59,7 @@ from .rewards import RewardConfig, rlvr_reward
 
 DIFFICULTY_ORDER = {"easy": 0, "medium": 1, None: 1, "hard": 2}
 
-COMPACT_SYSTEM_PROMPT = """You are a research retrieval agent for arXiv AI papers: find the papers that best answer the user's query. Think briefly, then call tools. Search from several angles (keyword_search for terms and names, semantic_search for ideas), use read_page when unsure, and end with finish, listing up to 10 paper IDs that tools returned, best first. Call a tool by writing:
+COMPACT_SYSTEM_PROMPT = """You are a research retrieval agent for arXiv AI papers: find the papers that best answer the user's query. Do not answer the query yourself: your only answer is a finish call with paper IDs. Think briefly, then call tools. Search from several angles (keyword_search for terms and names, semantic_search for ideas), use read_page when unsure, and end with finish, listing up to 10 paper IDs that tools returned, best first. Call a tool by writing:
 <tool_call>
 {"name": "keyword_search", "arguments": {"query": "your search terms"}}
 </tool_call>
@@ -71,6 +71,17 @@ Submit by writing:
 
 class TrainConfig(BaseModel):
     """Everything a training run depends on; saved as ``config.json`` next to its outputs."""
+
+    @field_validator("user_template")
+    @classmethod
+    def _one_query_slot(cls, v: str) -> str:
+        try:
+            v.format(query="q")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"user_template must contain {{query}} and no other field: {exc}") from None
+        if "{query}" not in v:
+            raise ValueError("user_template must contain {query}")
+        return v
 
     preset: str = "cpu-demo"
     reward: Literal["rlvr", "rar"] = "rlvr"
@@ -88,6 +99,7 @@ class TrainConfig(BaseModel):
     max_completion_length: int = 512  # generated + tool tokens per rollout (TRL drops a tool result that would not fit)
     max_tool_calling_iterations: int = 2
     system_prompt: Literal["full", "compact"] = "compact"  # compact: the tool list is in the chat template anyway
+    user_template: str = "{query}"  # the user message of a rollout (cpu-warm: "Search query: {query}")
     tolerant_tool_calls: bool = True  # also read tool calls written as bare / fenced JSON (small models do)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 where the CPU has bf16 units (AMX / AVX512-BF16)
     # LoRA
@@ -124,14 +136,21 @@ class TrainConfig(BaseModel):
 
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu-demo": {},
-    # the policy chosen by measurement (README "Warm start"): the packaged Qwen2.5-Coder-0.5B finished 10 of
-    # 10 dev episodes with this prompt and view, while the SmolLM2-135M warm starts finished 0-2 of 20;
-    # room for the teacher's shapes (up to 4 search rounds, a read, finish; 1,024 tokens hold them in the
-    # titles-only view), 4 rollouts a group so that rewards can differ within it, the demo index with
-    # the MiniLM semantic side (`python -m arxivqa.index build --embedder minilm-128`), LoRA r 8 on attention
-    # and MLP (a 10 MB adapter in bf16), checkpoints every 5 steps (a long run resumes where it stopped)
+    # the policy chosen by measurement (README "Warm start"): the packaged Qwen2.5-Coder-0.5B, no SFT (it
+    # finished 10 of 10 dev episodes in the agent loop; the SmolLM2-135M warm starts 0-2 of 20, and a
+    # 20-demonstration LoRA SFT of the 0.5B stopped it calling tools); 3 tool rounds + a finishing turn in
+    # 768 tokens (the titles-only view), temperature 0.7 (at 1.0 its calls degrade into prose or broken
+    # JSON), 4 rollouts a group so that rewards can differ within it, the demo index with the MiniLM
+    # semantic side (`python -m arxivqa.index build --embedder minilm-128`), LoRA r 8 on attention and MLP,
+    # checkpoints every 5 steps (a long run resumes where it stopped); the query framed as a search request
+    # (asked the bare question, the 0.5B answers it from memory in prose instead of calling a tool);
+    # the duplication gate allows one repeat of a call (the seed's number is not given; ours elsewhere is
+    # 0): the 0.5B repeats its first search in almost every rollout, the environment refuses the repeat,
+    # and with 0 allowed every reward of a group was 0 (README "Warm start"). Repeats still cost through
+    # the redundancy penalty, and a second repeat fails the gate.
     "cpu-warm": dict(model="qwen2.5-coder-0.5b-instruct", embedder="minilm-128", num_generations=4,
-                     max_completion_length=1024, max_tool_calling_iterations=6, learning_rate=5e-5, lora_r=8,
+                     max_completion_length=768, max_tool_calling_iterations=3, temperature=0.7,
+                     user_template="Search query: {query}", rewards=RewardConfig(max_duplicate_calls=1), learning_rate=5e-5, lora_r=8,
                      lora_alpha=16, save_steps=5,
                      lora_targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
     "paper": dict(model="Qwen/Qwen3-8B", learning_rate=1e-6, prompts_per_step=8, num_generations=8, num_iterations=4,
@@ -212,15 +231,31 @@ def rollout_budgets(cfg: TrainConfig):
 
 
 def prompt_for(cfg: TrainConfig) -> str:
-    return SYSTEM_PROMPT if cfg.system_prompt == "full" else COMPACT_SYSTEM_PROMPT
+    """The system prompt of a run's rollouts (and of the evaluation of its policy). The compact prompt also
+    states the turn budget: TRL runs the calls of ``max_tool_calling_iterations`` turns, and of the turn
+    after those only a ``finish`` (``rollout_trajectory``)."""
+    if cfg.system_prompt == "full":
+        return SYSTEM_PROMPT
+    n = getattr(cfg, "max_tool_calling_iterations", None)  # a demonstration config has none: no budget sentence
+    if n is None:
+        return COMPACT_SYSTEM_PROMPT
+    return COMPACT_SYSTEM_PROMPT + (f"\nYou have {n} turns of tool calls, then one more turn in which only finish "
+                                    f"runs: call finish by turn {n + 1} at the latest.")
 
 
-def build_dataset(queries: Sequence[Query], system_prompt: str = SYSTEM_PROMPT):
+def rollout_view(cfg: TrainConfig) -> dict:
+    """What an episode of a run's policy sees outside the model: the system prompt, the user message, the
+    tool view and the budgets (rollouts, the evaluation of the trained policy and benchmarks share it)."""
+    return {"system_prompt": prompt_for(cfg), "user_template": cfg.user_template, "env_kwargs": tool_view(cfg),
+            "budgets": rollout_budgets(cfg)}
+
+
+def build_dataset(queries: Sequence[Query], system_prompt: str = SYSTEM_PROMPT, user_template: str = "{query}"):
     """Rows for GRPOTrainer: a chat ``prompt`` plus the columns ``ArxivEnv.reset`` and the rewards read."""
     from datasets import Dataset
 
     return Dataset.from_list([{"prompt": [{"role": "system", "content": system_prompt},
-                                          {"role": "user", "content": q.query}],
+                                          {"role": "user", "content": user_template.format(query=q.query)}],
                                "qid": q.qid, "query": q.query, "gold_in_corpus": list(q.gold_in_corpus),
                                "difficulty": q.difficulty or ""} for q in queries])
 
@@ -261,6 +296,7 @@ def rollout_trajectory(row: dict[str, Any], completion: Sequence[dict], env, com
                 rec = ToolCallRecord(call_id=call_id, turn=step.turn, name=str(msg.get("name", "")),
                                      arguments=pending[0].arguments if pending else {}, result=content, error=True)
             step.results.append(rec)
+    run_trailing_finish(traj, env)
     traj.submitted = env.episode.submitted
     traj.tool_seconds = sum(r.seconds for r in traj.tool_results)
     if env.episode.finished:
@@ -270,6 +306,30 @@ def rollout_trajectory(row: dict[str, Any], completion: Sequence[dict], env, com
     else:
         traj.stop_reason = "no_tool_call"
     return traj
+
+
+def run_trailing_finish(traj: Trajectory, env) -> None:
+    """Run a ``finish`` that the rollout's last turn wrote but TRL's loop did not run.
+
+    TRL stops after ``max_tool_calling_iterations`` rounds of tools (or when the next tool result would not
+    fit ``max_completion_length``) and leaves the calls of the last generated turn unrun. A ``finish`` is
+    terminal (nothing it returns is read by the policy), so running it after the loop changes no token the
+    policy saw; it gives the rollout the same last turn as ``Agent.episode``, whose ``max_turns`` =
+    rounds + 1 runs the last turn's calls. Only ``finish`` runs here; the turn's other calls stay unrun
+    (no result, so they count for no reward term)."""
+    if env.episode.finished or not traj.steps:
+        return
+    step = traj.steps[-1]
+    if len(step.results) >= len(step.assistant.tool_calls):
+        return  # every call of the last turn ran
+    for call in step.assistant.tool_calls[len(step.results):]:
+        if call.name != "finish":
+            continue
+        before = len(env.episode.calls)
+        env._call("finish", call.arguments)
+        for rec in env.episode.calls[before:]:
+            step.results.append(rec.model_copy(update={"call_id": call.id, "turn": step.turn}))
+        return
 
 
 class RolloutLog:
@@ -691,7 +751,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
     args = GRPOConfig(**grpo_args(cfg, out))
     set_library_default("TRL_EXPERIMENTAL_SILENCE", "1")
     common = dict(reward_funcs=[make_reward_func(cfg, log, clock, scorer)], args=args,
-                  train_dataset=build_dataset(queries, prompt_for(cfg)), environment_factory=env_factory,
+                  train_dataset=build_dataset(queries, prompt_for(cfg), cfg.user_template), environment_factory=env_factory,
                   callbacks=_callbacks(out, clock, cfg.tensorboard))
     if cfg.gpu:
         trainer = GRPOTrainer(model=model, processing_class=tokenizer, **common)
