@@ -114,15 +114,13 @@ train-rar: setup  ## cpu-demo RaR GRPO run with the local judge -> data/runs/rar
 # The warm start (cold-start SFT): teacher demonstrations of the train split, LoRA SFT of the policy model
 # on them (its adapter is kept in results/warm_start/<model>-sft/), and its measurement next to the teacher
 # on dev queries with the rollout prompt, tool view and budgets (~40 min on 2 cores).
-WARM_MODEL ?= smollm2-135m-tools
-WARM_DEMOS ?= 64
-warm-start: setup  ## demonstrations -> SFT in two stages -> data/models/$(WARM_MODEL)-sft3 -> results/warm_start/$(WARM_MODEL)-sft3/
+WARM_MODEL ?= qwen2.5-coder-0.5b-instruct
+WARM_DEMOS ?= 20
+warm-start: setup  ## teacher demonstrations (train split) -> LoRA SFT of the cpu-warm policy -> data/models/$(WARM_MODEL)-sft + results/warm_start/$(WARM_MODEL)-sft/
 	$(PY) -m arxivqa.index build --embedder minilm-128
-	$(PY) -m arxivqa.sft demos --per-query 3 --embedder minilm-128 --out data/sft/demos.jsonl
-	$(PY) -m arxivqa.sft train --demos data/sft/demos.jsonl --model $(WARM_MODEL) --limit $(WARM_DEMOS) --epochs 2 --lr 3e-4 --out data/models/$(WARM_MODEL)-sft
-	$(PY) -m arxivqa.sft demos --per-query 1 --seed 1 --embedder minilm-128 --out data/sft/demos-stage2.jsonl
-	$(PY) -m arxivqa.sft train --demos data/sft/demos-stage2.jsonl --model $(WARM_MODEL)-sft --epochs 1 --lr 2e-4 --out data/models/$(WARM_MODEL)-sft3
-	$(PY) -m arxivqa.sft eval --model $(WARM_MODEL)-sft3 --limit 20
+	$(PY) -m arxivqa.sft demos --per-query 1 --seed 1 --embedder minilm-128 --out data/sft/demos-demo-minilm-seed1.jsonl
+	$(PY) -m arxivqa.sft train --demos data/sft/demos-demo-minilm-seed1.jsonl --model $(WARM_MODEL) --limit $(WARM_DEMOS) --epochs 1 --lr 2e-4 --out data/models/$(WARM_MODEL)-sft
+	$(PY) -m arxivqa.sft eval --model $(WARM_MODEL)-sft --limit 20
 
 # The long RLVR runs kept in the repository: the cpu-warm preset (its policy chosen by measurement, README "Warm start"), uniform and
 # easy-to-hard, LONG_STEPS GRPO steps each, on the demo index with the MiniLM semantic side; each is

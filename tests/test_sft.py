@@ -105,6 +105,13 @@ def test_sft_trains_on_assistant_tokens_and_saves_a_loadable_model(built_index, 
     assert rebuilt == str(tmp_path / "models" / "sft-model")
     again = LocalHFPolicy(rebuilt, dtype="float32").chat(demos[0].messages[:2], tool_schemas(), 8)
     assert again.completion_tokens > 0
+    # a clone that has the record but not the (git-ignored) weights is told how to build them
+    import shutil
+
+    shutil.rmtree(kept / "adapter")
+    shutil.rmtree(tmp_path / "models" / "sft-model")
+    with pytest.raises(FileNotFoundError, match="make warm-start"):
+        resolve_model("sft-model")
 
 
 def test_only_selected_demonstrations_are_trained_on():

@@ -141,6 +141,10 @@ def resolve_model(name: str | None = None) -> str:
     committed = warm_start_dir(name)
     if "/" not in name and (committed / "adapter" / "adapter_config.json").exists():
         return str(rebuild_warm_start(name))
+    if "/" not in name and (committed / "sft.json").exists():  # its record is committed, its weights are not
+        raise FileNotFoundError(f"the warm start {name!r} is not built on this machine (model weights are not "
+                                f"committed; its record is {committed / 'sft.json'}): run `make warm-start` once "
+                                f"(teacher demonstrations + LoRA SFT, ~20 min on 2 cores)")
     return name
 
 
