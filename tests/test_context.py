@@ -213,7 +213,8 @@ def test_trimmed_episodes_in_lockstep_equal_trimmed_episodes_one_at_a_time(searc
     window = 1800  # the system prompt with the tool schemas takes about 890 tokens, a turn's results about 600
     agent = Agent(searching_policy, Budgets(max_turns=6, max_tool_calls=10, max_tokens=200, max_new_tokens=8),
                   context_window=window)
-    make_env = lambda: ArxivEnv(built_index, seed=0)
+    # the scripted searches repeat themselves: let them run, so that the context grows
+    make_env = lambda: ArxivEnv(built_index, seed=0, refuse_repeats=False)
     one = [agent.run(q, make_env()) for q in qs]
     many = agent.run_many(qs, make_env, batch_size=2)
     # both stages happened: results compacted, and turns dropped (the prompt changes right after the query)
