@@ -150,8 +150,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # the redundancy penalty, and a second repeat fails the gate.
     "cpu-warm": dict(model="qwen2.5-coder-0.5b-instruct", embedder="minilm-128", num_generations=4,
                      max_completion_length=768, max_tool_calling_iterations=3, temperature=0.7,
-                     user_template="Search query: {query}", rewards=RewardConfig(max_duplicate_calls=1), learning_rate=5e-5, lora_r=8,
-                     lora_alpha=16, save_steps=5,
+                     user_template="Search query: {query}", rewards=RewardConfig(max_duplicate_calls=1),
+                     learning_rate=5e-5, lora_r=8, lora_alpha=16, save_steps=5,
                      lora_targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
     "paper": dict(model="Qwen/Qwen3-8B", learning_rate=1e-6, prompts_per_step=8, num_generations=8, num_iterations=4,
                   beta=0.02, epsilon=0.2, epsilon_high=0.28, max_steps=250 * 24, max_completion_length=8192,
