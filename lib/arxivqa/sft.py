@@ -397,17 +397,19 @@ def evaluate_warm_start(model: str, queries: Sequence[Query], train_cfg=None, in
     from .evaluate import run_agent_eval, trajectory_metrics
     from .index import open_index
     from .tools import ArxivEnv
-    from .train import preset, prompt_for, rollout_budgets, tool_view
+    from .train import preset, rollout_view
 
     cfg = train_cfg or preset("cpu-warm")
     index = index or open_index(embedder=cfg.embedder)
-    budgets = rollout_budgets(cfg)
+    view = rollout_view(cfg)
+    budgets = view["budgets"]
     t0 = time.perf_counter()
     policy = run_agent_eval(f"local:{model}", queries, index, budgets=budgets, progress=progress,
-                            system_prompt=prompt_for(cfg), env_kwargs=tool_view(cfg), user_template=cfg.user_template)
+                            system_prompt=view["system_prompt"], env_kwargs=view["env_kwargs"],
+                            user_template=view["user_template"])
     wall = time.perf_counter() - t0
-    env, rng = ArxivEnv(index, seed=seed, **tool_view(cfg)), random.Random(seed)
-    teacher = [teacher_episode(q, env, rng, prompt_for(cfg), user_template=cfg.user_template).trajectory
+    env, rng = ArxivEnv(index, seed=seed, **view["env_kwargs"]), random.Random(seed)
+    teacher = [teacher_episode(q, env, rng, view["system_prompt"], user_template=view["user_template"]).trajectory
                for q in queries]
     frame = pd.DataFrame([trajectory_metrics(t) for t in policy + teacher])
     cols = ["recall@10", "search_recall", "finished", "unreadable_share", "tool_calls", "turns", "distinct_tools",
@@ -416,7 +418,7 @@ def evaluate_warm_start(model: str, queries: Sequence[Query], train_cfg=None, in
                for name, g in frame.groupby("method", sort=False)}
     summary["_run"] = {"model": model, "queries": len(queries), "wall_seconds": wall,
                        "episodes_per_minute": 60 * len(queries) / wall if wall else None,
-                       "budgets": budgets.__dict__, "tool_view": tool_view(cfg), "prompt": cfg.system_prompt}
+                       "budgets": budgets.__dict__, "tool_view": view["env_kwargs"], "prompt": cfg.system_prompt}
     return summary, policy, teacher
 
 
@@ -461,10 +463,11 @@ def main(argv: list[str] | None = None) -> None:
     elif a.cmd == "train":
         from .train import preset, prompt_for
 
+        run_cfg = preset(a.preset)
         demos = spread(load_demos(a.demos), a.limit, a.skip)
         info = train_sft(demos, a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads,
                                                    max_length=a.max_length, learning_rate=a.lr),
-                         system_prompt=prompt_for(preset(a.preset)), user_template=preset(a.preset).user_template,
+                         system_prompt=prompt_for(run_cfg), user_template=run_cfg.user_template,
                          meta={"demos_file": Path(a.demos).name, "skipped": a.skip, "prompt_preset": a.preset})
         publish_warm_start(a.out)
         print(json.dumps({k: v for k, v in info.items() if k != "log"}, indent=2, default=str))
