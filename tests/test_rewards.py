@@ -170,6 +170,26 @@ def test_redundant_queries_lower_the_reward():
     assert b.redundancy == 1.0 and a.total - b.total == pytest.approx(RewardConfig().redundancy_weight)
 
 
+
+def test_scaled_redundancy_shrinks_a_found_paper_but_never_cancels_it():
+    # one gold paper of eight found, the search then emitted again (a refused repeat still counts as emitted)
+    gold = [f"g{i}" for i in range(1, 9)]
+    found = make([kw("sparse attention", ids=["g1"])], [kw("sparse attention", error=True)], [finish("g1")],
+                 submitted=["g1"], gold=gold)
+    missed = make([kw("sparse attention", ids=["x"])], [kw("sparse attention", error=True)], [finish("x")],
+                  submitted=["x"], gold=gold)
+    allow = dict(max_duplicate_calls=1)
+    sub, scaled = RewardConfig(**allow), RewardConfig(**allow, redundancy_mode="scale")
+    assert rlvr_reward(found, sub).total == rlvr_reward(missed, sub).total == 0.0  # 0.125 - 0.2, clipped: the find is lost
+    r = rlvr_reward(found, scaled)
+    assert r.redundancy == 1.0 and r.redundancy_penalty == pytest.approx(0.125 * 0.2)
+    assert r.total == pytest.approx(0.125 * (1 - 0.2)) and rlvr_reward(missed, scaled).total == 0.0
+    fresh = make([kw("sparse attention", ids=["g1"])], [kw("graph networks")], [finish("g1")], submitted=["g1"],
+                 gold=gold)
+    assert rlvr_reward(fresh, scaled).total > r.total  # redundancy still costs
+    with pytest.raises(ValidationError):
+        RewardConfig(redundancy_mode="divide")
+
 def test_the_bonus_rises_with_turns_at_equal_recall():
     totals = [rlvr_reward(good(n, recall_ids=("g1",))).total for n in (1, 2, 3, 4)]
     assert totals[0] == 0.25 and totals[0] < totals[1] < totals[2] == totals[3]

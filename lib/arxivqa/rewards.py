@@ -17,7 +17,11 @@ For one rollout (a ``Trajectory``; every function here is pure and takes one):
   queries. We take the mean of per-query maxima rather than the mean over all pairs because the
   latter is diluted by padding with distinct queries: for [A, A, B, C] (disjoint A, B, C) the pairwise
   mean is 1/6, the mean of maxima 0.5 (two of four queries have a twin). Penalty =
-  ``redundancy_weight * redundancy``.
+  ``redundancy_weight * redundancy`` (``redundancy_mode="subtract"``, the default), or that fraction of
+  the recall (``"scale"``: recall × (1 − weight × redundancy)). Subtracted, a redundancy of 1 (one
+  query emitted twice) costs 0.2 and cancels a search that found 1 of 8 gold papers (0.125): the
+  reward is then 0 whether or not a paper was found, and GRPO sees no difference. Scaled, the found
+  paper still counts, less.
 - ``multi_turn_bonus`` = ``multi_turn_bonus * min(1, (n - 1) / (bonus_turns - 1))`` where n is the number
   of turns with at least one successful information-gathering call (``bonus_tools``; finish does not
   count): 0 for one such turn, the full bonus from ``bonus_turns`` on.
@@ -62,6 +66,9 @@ class RewardConfig(BaseModel):
     """Every weight and threshold of the RLVR reward (the numbers are ours; the seed gives none)."""
 
     redundancy_weight: float = Field(0.2, description="penalty per unit of query redundancy (0..1)")
+    redundancy_mode: Literal["subtract", "scale"] = Field(
+        "subtract", description="subtract: recall - weight*redundancy; scale: recall*(1 - weight*redundancy), "
+                                "so redundancy shrinks a found paper's credit but never cancels it")
     multi_turn_bonus: float = Field(0.1, description="full bonus for multi-turn search")
     bonus_turns: int = Field(3, ge=2, description="search turns that earn the full bonus")
     bonus_tools: tuple[str, ...] = Field(("keyword_search", "semantic_search", "read_page"),
@@ -198,7 +205,8 @@ def run_gates(traj: Trajectory, cfg: RewardConfig | None = None) -> dict[str, Ga
 def rlvr_reward(traj: Trajectory, cfg: RewardConfig | None = None) -> RewardBreakdown:
     cfg = cfg or RewardConfig()
     recall, red = search_recall(traj), redundancy(traj)
-    penalty, bonus = cfg.redundancy_weight * red, multi_turn_bonus(traj, cfg)
+    penalty = cfg.redundancy_weight * red * (recall if cfg.redundancy_mode == "scale" else 1.0)
+    bonus = multi_turn_bonus(traj, cfg)
     base = recall - penalty + bonus
     if cfg.clip_min is not None:
         base = max(cfg.clip_min, base)
