@@ -392,6 +392,50 @@ def bench_context(policy: str, limit: int = 10, window: int = 8192, budgets: str
     return result
 
 
+SAFETY_DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def bench_judge_safety(endpoint: str | None = None, run: str | None = None, n_trajs: int = 1,
+                       data_dir: Path | None = None, out_dir: Path | None = None) -> dict:
+    """The judge's injection defence, measured (``results/judge_safety.json``): the redactor on the attack
+    and legitimate sets the tests use (``judge_attacks.jsonl``, ``judge_legit.jsonl``) and on held-out
+    ones written after it (``*_heldout.jsonl``, never tuned on); with ``endpoint`` also the judge's score
+    shift when every payload is written into real trajectories (the first ``n_trajs`` finished rollouts
+    of the committed ``run``), with the defence and without it."""
+    from .judge import Judge, injection_shift, redaction_rates
+    from .records import Trajectory
+
+    data_dir = data_dir or SAFETY_DATA
+    sets = {name: (_read_jsonl(data_dir / f"judge_attacks{name}.jsonl"), _read_jsonl(data_dir / f"judge_legit{name}.jsonl"))
+            for name in ("", "_heldout")}
+    out: dict = {"redaction": {("development" if k == "" else "held_out"): redaction_rates(*v) for k, v in sets.items()}}
+    if endpoint:
+        from .llm import open_llm
+        from .train import load_rollouts
+
+        run_dir = Path(run) if run and Path(run).is_dir() else config.results_dir() / "runs" / (
+            run or "rlvr-cpu-warm-uniform-100steps-seed0")
+        rows = load_rollouts(run_dir / "rollouts.jsonl")
+        trajs = [Trajectory.model_validate(r["trajectory"]) for r in rows
+                 if r["reward"].get("gates_passed") and r["trajectory"]["steps"]][:n_trajs]
+        if not trajs:
+            raise ValueError(f"run {run!r} has no finished rollout to write payloads into")
+        payloads = [p for a, _ in sets.values() for p in a]
+        llm = open_llm(endpoint, chosen_by="--endpoint")
+        out["judge"] = {"endpoint": llm.name, "trajectories": [t.qid for t in trajs], "payloads": len(payloads),
+                        "with_defence": injection_shift(Judge(llm), trajs, payloads),
+                        "without_defence": injection_shift(Judge(llm, sanitise=False), trajs, payloads)}
+    out["machine"] = _machine()
+    path = (out_dir or config.results_dir()) / "judge_safety.json"
+    atomic_write_text(path, json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    print(json.dumps({k: v for k, v in out.items() if k != "machine"}, indent=1, ensure_ascii=False)[:3000])
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m arxivqa.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -424,7 +468,15 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--split", default="dev", choices=("dev", "train", "all"))
     c.add_argument("--batch", type=int, default=None, help="lockstep episodes of an in-process policy (default eval_batch)")
     c.add_argument("--out", default=None)
+    j = sub.add_parser("judge-safety", help="the judge's injection defence: redaction rates, score shift")
+    j.add_argument("--endpoint", default=None, help="also measure the score shift with this judge (e.g. local)")
+    j.add_argument("--run", default=None, help="committed run whose finished rollouts carry the payloads")
+    j.add_argument("--trajectories", type=int, default=1)
+    j.add_argument("--out", default=None)
     a = ap.parse_args(argv)
+    if a.cmd == "judge-safety":
+        bench_judge_safety(a.endpoint, a.run, a.trajectories, out_dir=Path(a.out) if a.out else None)
+        return
     if a.cmd == "context":
         from .llm import EndpointUnreachable
 

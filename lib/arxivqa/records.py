@@ -389,6 +389,34 @@ def submission_recall(traj: Trajectory, k: int = 10) -> float:
 # --------------------------------------------------------------------------- rendering
 
 
+def policy_strings(value) -> list[str]:
+    """Every string the policy wrote in a tool call's arguments (keys and values, nested ones too)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for k, v in value.items() for t in (*policy_strings(k), *policy_strings(v))]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in policy_strings(v)]
+    return []
+
+
+def arguments_view(arguments, text: Callable[[str], str] = lambda s: s, max_chars: int = 300) -> str:
+    """A call's arguments as compact JSON with ``text`` applied to every string in them (each read up to
+    ``max_chars``, so a huge argument costs nothing), then cut to ``max_chars``."""
+    def clean(v):
+        if isinstance(v, str):
+            return text(v[:max_chars])
+        if isinstance(v, dict):
+            return {clean(str(k))[:40]: clean(x) for k, x in list(v.items())[:20]}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in list(v)[:20]]
+        return v if isinstance(v, (int, float, bool)) or v is None else clean(str(v))
+
+    cleaned = clean(arguments)
+    out = cleaned if isinstance(cleaned, str) else json.dumps(cleaned, ensure_ascii=False, default=str)
+    return out[:max_chars]
+
+
 def trajectory_view(traj: Trajectory, max_reasoning_chars: int = 400, max_hits: int = 5, max_arg_chars: int = 300,
                     text: Callable[[str], str] = lambda s: s) -> dict:
     """The one structured rendering of an episode: per turn the reasoning and each call (tool, arguments,
@@ -398,7 +426,7 @@ def trajectory_view(traj: Trajectory, max_reasoning_chars: int = 400, max_hits: 
     for s in traj.steps:
         calls = []
         for r in s.results:
-            item: dict = {"tool": text(r.name[:40]), "arguments": text(r.arguments_text()[:max_arg_chars])}
+            item: dict = {"tool": text(r.name[:40]), "arguments": arguments_view(r.arguments, text, max_arg_chars)}
             if r.error:
                 item["error"] = r.error_code or "tool_error"
             elif r.name in SEARCH_TOOLS:
