@@ -1,0 +1,242 @@
+"""Judge validity: pairs of real trajectories whose order is known by construction, and what a judge
+does with them.
+
+A judge that cannot rank trajectories the way a careful reader would gives RaR noise to learn from. Before
+a judge trains anything, it is measured here on train-split episodes only (the teacher's demonstrations
+and the policy's training rollouts; no dev query):
+
+- ``gold_vs_offtopic``: the same query, one episode that submitted a gold paper against one whose
+  submission holds none, from a single search.
+- ``rich_vs_single``: the same query, an episode with ≥ 3 successful searches over ≥ 2 turns and both
+  search tools, against one with a single successful search, the rich one at least as good in
+  recall@10.
+- ``right_vs_wrong_submission`` (the subtle one): one real episode, and the same episode whose final
+  submission was swapped for papers its searches showed that are not gold (same searches, same reasoning,
+  a wrong answer).
+
+Measures per judge (``measure``): pairwise accuracy (the better one scored higher; a tie counts half),
+Spearman's rho of score with recall@10 over a pool of policy trajectories, the fallback rate, and seconds
+per judgment. Gold decides only which pair is which, never what the judge sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from .records import SEARCH_TOOLS, Trajectory, submission_recall
+
+KINDS = ("gold_vs_offtopic", "rich_vs_single", "right_vs_wrong_submission")
+
+
+class ValidityPair(BaseModel):
+    kind: Literal["gold_vs_offtopic", "rich_vs_single", "right_vs_wrong_submission"]
+    qid: str
+    better: Trajectory
+    worse: Trajectory
+
+
+def _searches(t: Trajectory) -> list:
+    return [r for r in t.tool_results if r.name in SEARCH_TOOLS and not r.error]
+
+
+def _finished(t: Trajectory) -> bool:
+    return t.submitted is not None and bool(t.gold_in_corpus)
+
+
+def is_rich(t: Trajectory) -> bool:
+    s = _searches(t)
+    return len(s) >= 3 and len({r.turn for r in s}) >= 2 and {r.name for r in s} == set(SEARCH_TOOLS)
+
+
+def is_single(t: Trajectory) -> bool:
+    return len({(r.name, json.dumps(r.arguments, sort_keys=True, default=str)) for r in _searches(t)}) == 1
+
+
+def wrong_submission(t: Trajectory) -> Trajectory | None:
+    """``t`` with its submission replaced by as many papers its tools showed that are not gold (in the
+    order shown), the finish call's arguments with them; None when too few such papers were shown."""
+    gold = set(t.gold_in_corpus)
+    shown = [h for r in _searches(t) for h in r.hits if h.arxiv_id not in gold]
+    seen, wrong = set(), []
+    for h in shown:
+        if h.arxiv_id not in seen:
+            seen.add(h.arxiv_id)
+            wrong.append(h)
+    n = len(t.submitted or [])
+    if n == 0 or len(wrong) < n:
+        return None
+    w = t.model_copy(deep=True)
+    w.submitted = [h.arxiv_id for h in wrong[:n]]
+    for r in w.tool_results:
+        if r.name == "finish" and not r.error:
+            r.arguments = {"paper_ids": [h.id or h.arxiv_id for h in wrong[:n]]}
+    return w
+
+
+def build_pairs(trajs: Sequence[Trajectory], per_kind: int = 20, seed: int = 0,
+                allowed_qids: set[str] | None = None) -> list[ValidityPair]:
+    """Up to ``per_kind`` pairs of each kind, at most one of a kind per query (queries shuffled by
+    ``seed``); only queries in ``allowed_qids`` when given (pass the train split's)."""
+    rng = random.Random(seed)
+    by_q: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajs:
+        if _finished(t) and (allowed_qids is None or t.qid in allowed_qids):
+            by_q[t.qid].append(t)
+    qids = sorted(by_q)
+    rng.shuffle(qids)
+    pairs: list[ValidityPair] = []
+    counts = dict.fromkeys(KINDS, 0)
+    for q in qids:
+        ts = by_q[q]
+        good = [t for t in ts if submission_recall(t) > 0]
+        off = [t for t in ts if submission_recall(t) == 0 and len(_searches(t)) <= 1]
+        if good and off and counts["gold_vs_offtopic"] < per_kind:
+            pairs.append(ValidityPair(kind="gold_vs_offtopic", qid=q, better=rng.choice(good), worse=rng.choice(off)))
+            counts["gold_vs_offtopic"] += 1
+        singles = [t for t in ts if is_single(t)]
+        if singles and counts["rich_vs_single"] < per_kind:
+            s = rng.choice(singles)
+            rich = [t for t in ts if is_rich(t) and submission_recall(t) >= submission_recall(s)]
+            if rich:
+                pairs.append(ValidityPair(kind="rich_vs_single", qid=q, better=rng.choice(rich), worse=s))
+                counts["rich_vs_single"] += 1
+        if counts["right_vs_wrong_submission"] < per_kind:
+            for t in rng.sample(good, len(good)):
+                w = wrong_submission(t)
+                if w is not None:
+                    pairs.append(ValidityPair(kind="right_vs_wrong_submission", qid=q, better=t, worse=w))
+                    counts["right_vs_wrong_submission"] += 1
+                    break
+    return pairs
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Spearman's rho with average ranks for ties; NaN when either side is constant or n < 3."""
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(v):
+            j = i
+            while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    if len(xs) < 3:
+        return math.nan
+    rx, ry = ranks(list(xs)), ranks(list(ys))
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sx, sy = math.sqrt(sum((a - mx) ** 2 for a in rx)), math.sqrt(sum((b - my) ** 2 for b in ry))
+    return sxy / (sx * sy) if sx and sy else math.nan
+
+
+def measure(judge, pairs: Sequence[ValidityPair], pool: Sequence[Trajectory]) -> dict:
+    """A judge (``judge.Judge``) on the pairs and the pool: pairwise accuracy (overall and per kind, over
+    pairs where neither judgment fell back; a tie counts half), Spearman of score with recall@10 over the
+    pool's non-fallback judgments, the fallback rate over every judgment, seconds per judgment."""
+    t0 = time.perf_counter()
+    flat = [t for p in pairs for t in (p.better, p.worse)]
+    results = judge.score_batch([*flat, *pool])
+    seconds = time.perf_counter() - t0
+    pr, po = results[:len(flat)], results[len(flat):]
+    wins: dict[str, list[float]] = defaultdict(list)
+    for i, p in enumerate(pairs):
+        b, w = pr[2 * i], pr[2 * i + 1]
+        if not (b.fallback or w.fallback):
+            wins[p.kind].append(1.0 if b.score > w.score else 0.5 if b.score == w.score else 0.0)
+    every = [x for v in wins.values() for x in v]
+    scored = [(r.score, submission_recall(t)) for r, t in zip(po, pool) if not r.fallback]
+    rho = spearman([s for s, _ in scored], [rc for _, rc in scored]) if scored else math.nan
+    mean = (lambda v: sum(v) / len(v) if v else None)
+    return {"pairwise_accuracy": mean(every), "pairs_scored": len(every), "pairs": len(pairs),
+            "pairwise_accuracy_by_kind": {k: mean(wins.get(k, [])) for k in KINDS},
+            "spearman_recall": None if math.isnan(rho) else rho, "pool": len(pool), "pool_scored": len(scored),
+            "fallback_rate": sum(r.fallback for r in results) / max(1, len(results)),
+            "seconds_per_judgment": seconds / max(1, len(results))}
+
+
+# --------------------------------------------------------------------------- sources and the command
+
+
+def train_sources(demo_files: Sequence[Path], run_dirs: Sequence[Path]) -> tuple[list[Trajectory], list[Trajectory]]:
+    """(every trajectory, the policy's) from teacher demonstration files (``sft demos``) and committed
+    runs' rollouts."""
+    teacher = [Trajectory.model_validate(json.loads(line)["trajectory"])
+               for f in demo_files for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
+    policy = [Trajectory.model_validate(json.loads(line)["trajectory"])
+              for d in run_dirs for line in (Path(d) / "rollouts.jsonl").read_text(encoding="utf-8").splitlines()
+              if line.strip()]
+    return teacher + policy, policy
+
+
+def main(argv: list[str] | None = None) -> None:
+    from .config import results_dir, settings
+    from .corpus import select_queries
+    from .files import atomic_write_text
+
+    ap = argparse.ArgumentParser(prog="python -m arxivqa.validity", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="the validity pairs and pool, from train-split episodes")
+    b.add_argument("--demos", nargs="+", default=None, help="teacher demonstration files (default: data/sft/*.jsonl)")
+    b.add_argument("--runs", nargs="+", default=None, help="run folders (default: results/runs/*)")
+    b.add_argument("--per-kind", type=int, default=25)
+    b.add_argument("--pool", type=int, default=120)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--out", default=None, help="default: data/judge_validity/set.json")
+    m = sub.add_parser("measure", help="judges on the set -> results/judge_validity.json")
+    m.add_argument("--set", default=None, help="default: data/judge_validity/set.json")
+    m.add_argument("--endpoints", nargs="+", default=["local"])
+    a = ap.parse_args(argv)
+    s = settings()
+    work = s.runs_dir.parent  # the repository's data/ folder (git-ignored outputs)
+    default_set = work / "judge_validity" / "set.json"
+    if a.cmd == "build":
+        demos = [Path(p) for p in a.demos] if a.demos else sorted((work / "sft").glob("demos-*.jsonl"))
+        runs = [Path(p) for p in a.runs] if a.runs else sorted(p for p in (results_dir() / "runs").iterdir() if p.is_dir())
+        every, policy = train_sources(demos, runs)
+        train = {q.qid for q in select_queries(split="train").queries}
+        pairs = build_pairs(every, a.per_kind, a.seed, allowed_qids=train)
+        rng = random.Random(a.seed)
+        pool = [t for t in policy if t.qid in train and t.gold_in_corpus]
+        pool = rng.sample(pool, min(a.pool, len(pool)))
+        out = Path(a.out) if a.out else default_set
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out, json.dumps({"sources": {"demos": [str(p) for p in demos], "runs": [str(p) for p in runs]},
+                                           "seed": a.seed, "pairs": [p.model_dump(mode="json") for p in pairs],
+                                           "pool": [t.model_dump(mode="json") for t in pool]}))
+        kinds = {k: sum(p.kind == k for p in pairs) for k in KINDS}
+        print(f"{len(pairs)} pairs {kinds}, pool {len(pool)} -> {out}")
+        return
+    from .judge import Judge
+    from .llm import open_llm
+
+    data = json.loads(Path(a.set or default_set).read_text(encoding="utf-8"))
+    pairs = [ValidityPair.model_validate(p) for p in data["pairs"]]
+    pool = [Trajectory.model_validate(t) for t in data["pool"]]
+    path = results_dir() / "judge_validity.json"
+    report = json.loads(path.read_text()) if path.exists() else {"judges": {}}
+    for name in a.endpoints:
+        llm = open_llm(name, chosen_by="--endpoints")
+        report["judges"][name] = measure(Judge(llm), pairs, pool)
+        report["set"] = {"pairs": len(pairs), "pool": len(pool), "kinds": {k: sum(p.kind == k for p in pairs) for k in KINDS}}
+        atomic_write_text(path, json.dumps(report, indent=1) + "\n")
+        print(name, json.dumps(report["judges"][name]))
+
+
+if __name__ == "__main__":
+    main()

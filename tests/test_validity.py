@@ -1,0 +1,97 @@
+"""Judge validity pairs: built by construction from real-shaped trajectories; a judge measured on them."""
+
+import json
+import math
+
+import pytest
+
+from arxivqa.judge import Judge
+from arxivqa.llm import LLM, Endpoint, ResponseCache
+from arxivqa.records import AssistantTurn, Hit, Step, ToolCall, ToolCallRecord, Trajectory, submission_recall
+from arxivqa.validity import KINDS, build_pairs, is_rich, is_single, measure, spearman, wrong_submission
+
+GOLD = ["2401.00001", "2401.00002"]
+
+
+def hit(pid, i):
+    return Hit(arxiv_id=pid, id=f"P-{i:08x}", title=f"paper {pid}", published="2024-01-01", rank=i)
+
+
+def search(name, q, ids, turn):
+    return ToolCallRecord(call_id=f"{name}{q}{turn}", name=name, arguments={"query": q}, turn=turn, result="...",
+                          hits=[hit(pid, i) for i, pid in enumerate(ids, 1)])
+
+
+def episode(qid, turns, submitted):
+    steps = []
+    for n, calls in enumerate(turns, 1):
+        steps.append(Step(turn=n, assistant=AssistantTurn(text="next", tool_calls=[ToolCall(name=c.name, arguments=c.arguments)
+                                                                                    for c in calls]), results=calls))
+    fin = ToolCallRecord(call_id="f", name="finish", arguments={"paper_ids": ["x"]}, result="Submitted", turn=len(turns) + 1)
+    steps.append(Step(turn=len(turns) + 1, assistant=AssistantTurn(text="done", tool_calls=[ToolCall(name="finish")]),
+                      results=[fin]))
+    return Trajectory(qid=qid, query=f"query {qid}", gold_in_corpus=GOLD, policy="t", steps=steps, submitted=submitted)
+
+
+def rich(qid):
+    return episode(qid, [[search("keyword_search", "a", ["2401.00001", "9.1"], 1), search("semantic_search", "b", ["9.2"], 1)],
+                         [search("keyword_search", "c", ["9.3", "9.4"], 2)]], ["2401.00001"])
+
+
+def single_offtopic(qid):
+    return episode(qid, [[search("keyword_search", f"query {qid}", ["9.5", "9.6"], 1)]], ["9.5"])
+
+
+def test_pairs_are_ordered_by_construction():
+    trajs = [rich("q1"), single_offtopic("q1"), rich("q2"), single_offtopic("q2"), rich("dev1"), single_offtopic("dev1")]
+    assert is_rich(trajs[0]) and not is_single(trajs[0]) and is_single(trajs[1]) and not is_rich(trajs[1])
+    pairs = build_pairs(trajs, per_kind=5, allowed_qids={"q1", "q2"})
+    assert {p.qid for p in pairs} == {"q1", "q2"}  # a query outside the allowed part is never used
+    assert {p.kind for p in pairs} == set(KINDS) and len(pairs) == 6
+    for p in pairs:
+        assert p.better.qid == p.worse.qid
+        if p.kind == "right_vs_wrong_submission":
+            assert submission_recall(p.better) > 0 == submission_recall(p.worse)
+            assert [s.results for s in p.better.steps[:-1]] == [s.results for s in p.worse.steps[:-1]]  # same searches
+            assert p.worse.steps[-1].results[0].arguments == {"paper_ids": ["P-00000002"]}  # the first non-gold shown
+        else:
+            assert submission_recall(p.better) > submission_recall(p.worse)
+    assert len(build_pairs(trajs, per_kind=1)) == 3  # at most per_kind of each kind
+
+
+def test_no_wrong_submission_without_enough_non_gold_papers_shown():
+    t = episode("q", [[search("keyword_search", "a", ["2401.00001"], 1)]], ["2401.00001"])
+    assert wrong_submission(t) is None
+
+
+def test_spearman_with_ties_and_degenerate_input():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 2, 2], [1, 1, 2, 2]) == pytest.approx(1.0)
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3])) and math.isnan(spearman([1, 2], [1, 2]))
+
+
+def _answer(h):
+    return json.dumps({"search_diversity": 2, "thoroughness": 2, "thoughtfulness": 2, "document_relevance": 2,
+                       "holistic": h, "rationale": "ok"})
+
+
+def test_a_judge_is_measured_on_pairs_and_pool(scripted_endpoint, tmp_path):
+    def reply(body):  # reads the submitted titles: 9 when a gold paper's title is there, 2 otherwise; one failure
+        text = body["messages"][1]["content"]
+        if "query q3" in text:
+            return "no verdict"
+        sub = json.loads(text.split("\n", 1)[1].rsplit("\nEND TRAJECTORY", 1)[0])["submitted_titles"]
+        return _answer(9 if any("2401.0000" in s for s in sub) else 2)
+
+    srv = scripted_endpoint(reply)
+    llm = LLM(Endpoint(name="j", model="m", base_url=srv.base_url, transport_retries=0, max_retries=1),
+              cache=ResponseCache(tmp_path / "c.sqlite"))
+    trajs = [rich("q1"), single_offtopic("q1"), rich("q2"), single_offtopic("q2")]
+    pairs = build_pairs(trajs, per_kind=5)
+    pool = [rich("q4"), single_offtopic("q4"), rich("q5"), single_offtopic("q5"), rich("q3")]
+    m = measure(Judge(llm), pairs, pool)
+    assert m["pairs"] == m["pairs_scored"] == 6 and m["pairwise_accuracy"] == 1.0
+    assert set(m["pairwise_accuracy_by_kind"]) == set(KINDS) and m["pool_scored"] == 4
+    assert m["spearman_recall"] == pytest.approx(1.0) and m["fallback_rate"] == pytest.approx(1 / 17)
+    assert m["seconds_per_judgment"] > 0
