@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from pydantic import BaseModel
@@ -417,3 +422,33 @@ def test_a_second_embedders_collection_is_checked_and_added_to_the_manifest(buil
     comps = json.loads((folder / "manifest.json").read_text())["components"]
     assert {"semantic:static", "semantic:other"} <= set(comps)
     SearchIndex(folder).check()  # the static collection is still whole and listed
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_a_started_server_dies_with_the_process_that_started_it(tmp_path):
+    # the parent starts a long child the way LocalServer starts `transformers serve`, reports its PID,
+    # and is then killed with SIGKILL (no cleanup code runs); the child must not outlive it
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "from arxivqa.llm import die_with_parent\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], preexec_fn=die_with_parent)\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(120)\n")], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    os.kill(child, 0)  # running
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        try:  # reaped by init, or a zombie of ours: either way it stopped running
+            if open(f"/proc/{child}/stat").read().split()[2] == "Z":
+                return
+        except FileNotFoundError:
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the child outlived its parent")
