@@ -210,3 +210,17 @@ def test_tool_calls_written_as_bare_or_fenced_json_are_read_during_training():
         assert msg["content"].strip() == "Let me search."
         assert grpo.parse_response(tok, tagged)["tool_calls"][0]["function"]["name"] == "finish"  # unchanged
     assert not grpo.parse_response(tok, fenced).get("tool_calls")  # restored afterwards
+
+
+def test_the_reachable_filter_keeps_queries_a_search_of_their_text_can_answer(built_index, papers):
+    from arxivqa.train import reachable_queries
+
+    moe = by_title(papers, "Mixture-of-experts language models").arxiv_id
+    music = by_title(papers, "Music generation with transformers").arxiv_id
+    answerable = Query(qid="a", query="sparse mixture-of-experts layers route tokens", gold_in_corpus=[moe])
+    off = Query(qid="b", query="federated averaging drift correction clients", gold_in_corpus=[music])
+    kept = reachable_queries([answerable, off], built_index, k=2)
+    assert [q.qid for q in kept] == ["a"]
+    assert TrainConfig(query_filter="reachable").query_filter == "reachable"
+    with pytest.raises(ValueError):
+        TrainConfig(query_filter="easy")
