@@ -258,3 +258,32 @@ def test_the_judge_safety_benchmark_reports_both_sets(tmp_path):
     assert dev["attacks"] >= 40 and dev["caught"] == dev["attacks"] and dev["legit"] >= 20 and dev["altered"] == 0
     assert held["attacks"] >= 20 and held["legit"] >= 15  # measured, not asserted to pass: they were never tuned on
     assert json.loads((tmp_path / "judge_safety.json").read_text())["redaction"]["held_out"] == held
+
+
+def test_probability_scoring_reads_the_score_tokens_of_one_forward_pass(tiny_qwen):
+    import torch
+
+    from arxivqa.judge import YESNO_QUESTIONS, YESNO_SYSTEM, ProbabilityJudge, make_judge
+
+    expected, yesno = ProbabilityJudge(tiny_qwen, "expected"), make_judge(f"yesno:{tiny_qwen}")
+    assert isinstance(yesno, ProbabilityJudge) and yesno.scoring == "yesno" and yesno.name.startswith("yesno:")
+    trajs = [traj(), traj(reasoning="I will search once and stop.", submitted=("2501.00002",))]
+    a, b = expected.score_batch(trajs), expected.score_batch(trajs)
+    assert [r.score for r in a] == [r.score for r in b] and all(0 <= r.score <= 1 and not r.fallback for r in a)
+    # the four questions reuse the trajectory's cache: the same P(yes) as encoding each question whole
+    yes = yesno.criteria_yes(trajs[0])
+    assert set(yes) == set(YESNO_QUESTIONS)
+    doc = render_for_judge(trajs[0], YESNO_SYSTEM)[1]["content"].rsplit("\n", 1)[0]
+    q = YESNO_QUESTIONS["thoroughness"]
+    ids = yesno._ids([{"role": "system", "content": YESNO_SYSTEM}, {"role": "user", "content": doc + "\nQUESTION: " + q}])
+    probs, _ = yesno._next_probs(ids)
+    p_yes, p_no = (float(sum(probs[i] for i in set(ids_))) for ids_ in (yesno._yes, yesno._no))
+    assert yes["thoroughness"] == pytest.approx(p_yes / (p_yes + p_no), rel=1e-3)
+    # a model with no preference (every logit equal): the middle of each scale
+    for judge in (expected, yesno):
+        with torch.no_grad():
+            judge.model.model.norm.weight.zero_()
+    assert expected.expected_holistic(trajs[0]) == pytest.approx(5.0, abs=1e-3)  # uniform over 1-9, "10" ~ 0
+    assert yesno.score_batch(trajs[:1])[0].score == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="scoring"):
+        ProbabilityJudge(tiny_qwen, "vote")

@@ -406,7 +406,7 @@ def bench_judge_safety(endpoint: str | None = None, run: str | None = None, n_tr
     ones written after it (``*_heldout.jsonl``, never tuned on); with ``endpoint`` also the judge's score
     shift when every payload is written into real trajectories (the first ``n_trajs`` finished rollouts
     of the committed ``run``), with the defence and without it."""
-    from .judge import Judge, injection_shift, redaction_rates
+    from .judge import injection_shift, make_judge, redaction_rates
     from .records import Trajectory
 
     data_dir = data_dir or SAFETY_DATA
@@ -414,7 +414,6 @@ def bench_judge_safety(endpoint: str | None = None, run: str | None = None, n_tr
             for name in ("", "_heldout")}
     out: dict = {"redaction": {("development" if k == "" else "held_out"): redaction_rates(*v) for k, v in sets.items()}}
     if endpoint:
-        from .llm import open_llm
         from .train import load_rollouts
 
         run_dir = Path(run) if run and Path(run).is_dir() else config.results_dir() / "runs" / (
@@ -425,10 +424,11 @@ def bench_judge_safety(endpoint: str | None = None, run: str | None = None, n_tr
         if not trajs:
             raise ValueError(f"run {run!r} has no finished rollout to write payloads into")
         payloads = [p for a, _ in sets.values() for p in a]
-        llm = open_llm(endpoint, chosen_by="--endpoint")
-        out["judge"] = {"endpoint": llm.name, "trajectories": [t.qid for t in trajs], "payloads": len(payloads),
-                        "with_defence": injection_shift(Judge(llm), trajs, payloads),
-                        "without_defence": injection_shift(Judge(llm, sanitise=False), trajs, payloads)}
+        judge = make_judge(endpoint)
+        shifts = {"with_defence": injection_shift(judge, trajs, payloads)}
+        judge.sanitise = False
+        shifts["without_defence"] = injection_shift(judge, trajs, payloads)
+        out["judge"] = {"judge": endpoint, "trajectories": [t.qid for t in trajs], "payloads": len(payloads), **shifts}
     out["machine"] = _machine()
     path = (out_dir or config.results_dir()) / "judge_safety.json"
     atomic_write_text(path, json.dumps(out, indent=1, ensure_ascii=False) + "\n")
@@ -469,7 +469,8 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--batch", type=int, default=None, help="lockstep episodes of an in-process policy (default eval_batch)")
     c.add_argument("--out", default=None)
     j = sub.add_parser("judge-safety", help="the judge's injection defence: redaction rates, score shift")
-    j.add_argument("--endpoint", default=None, help="also measure the score shift with this judge (e.g. local)")
+    j.add_argument("--judge", dest="endpoint", default=None,
+                   help="also measure the score shift with this judge (local, expected:<model>, yesno:<model>)")
     j.add_argument("--run", default=None, help="committed run whose finished rollouts carry the payloads")
     j.add_argument("--trajectories", type=int, default=1)
     j.add_argument("--out", default=None)

@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--out", default=None, help="default: data/judge_validity/set.json")
     m = sub.add_parser("measure", help="judges on the set -> results/judge_validity.json")
     m.add_argument("--set", default=None, help="default: data/judge_validity/set.json")
-    m.add_argument("--endpoints", nargs="+", default=["local"])
+    m.add_argument("--judges", nargs="+", default=["local"],
+                   help="judge names: an endpoint (local, ...), expected:<model> or yesno:<model> (judge.make_judge)")
     a = ap.parse_args(argv)
     s = settings()
     work = s.runs_dir.parent  # the repository's data/ folder (git-ignored outputs)
@@ -222,17 +223,15 @@ def main(argv: list[str] | None = None) -> None:
         kinds = {k: sum(p.kind == k for p in pairs) for k in KINDS}
         print(f"{len(pairs)} pairs {kinds}, pool {len(pool)} -> {out}")
         return
-    from .judge import Judge
-    from .llm import open_llm
+    from .judge import make_judge
 
     data = json.loads(Path(a.set or default_set).read_text(encoding="utf-8"))
     pairs = [ValidityPair.model_validate(p) for p in data["pairs"]]
     pool = [Trajectory.model_validate(t) for t in data["pool"]]
     path = results_dir() / "judge_validity.json"
     report = json.loads(path.read_text()) if path.exists() else {"judges": {}}
-    for name in a.endpoints:
-        llm = open_llm(name, chosen_by="--endpoints")
-        report["judges"][name] = measure(Judge(llm), pairs, pool)
+    for name in a.judges:
+        report["judges"][name] = measure(make_judge(name), pairs, pool)
         report["set"] = {"pairs": len(pairs), "pool": len(pool), "kinds": {k: sum(p.kind == k for p in pairs) for k in KINDS}}
         atomic_write_text(path, json.dumps(report, indent=1) + "\n")
         print(name, json.dumps(report["judges"][name]))
