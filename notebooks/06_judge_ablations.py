@@ -170,5 +170,39 @@ def _(atomic_write_json, config, corr, eval_judges, judge_stats, labels, mo, qta
     return
 
 
+@app.cell
+def _(config, mo, save_table):
+    # measured outside this notebook (CPU-heavy): `python -m arxivqa.validity measure --judges ...` and
+    # `python -m arxivqa.bench judge-safety --judge ...`; shown here when they exist
+    import json as _json
+
+    from arxivqa.validity import validity_table
+
+    _vpath, _spath = config.results_dir() / "judge_validity.json", config.results_dir() / "judge_safety.json"
+    _parts = [mo.md("## Can the judge grade? (validity set)")]
+    if _vpath.exists():
+        _report = _json.loads(_vpath.read_text())
+        _table = validity_table(_report)
+        save_table(_table, "06_judge_validity")
+        _parts += [mo.md(f"Pairs of real train-split episodes whose order is known by construction: "
+                         f"{_report['set']['kinds']}; pool of {_report['set']['pool']} policy rollouts."),
+                   mo.ui.table(_table, selection=None)]
+    else:
+        _parts.append(mo.md("_No `results/judge_validity.json` yet: `python -m arxivqa.validity build`, then "
+                            "`python -m arxivqa.validity measure --judges local expected:<model> yesno:<model>`._"))
+    if _spath.exists():
+        _safety = _json.loads(_spath.read_text())
+        _lines = [f"- {name}: {r['caught']} / {r['attacks']} payloads caught, {r['altered']} / {r['legit']} "
+                  f"legitimate texts altered" for name, r in _safety["redaction"].items()]
+        if "judge" in _safety:
+            _j = _safety["judge"]
+            _lines += [f"- score shift with `{_j['judge']}` over {_j[k]['pairs']} payload × trajectory pairs, {k.replace('_', ' ')}: "
+                       f"mean {_j[k]['mean_shift']:+.3f}, max {_j[k]['max_shift']:+.3f}, raised {_j[k]['raised']}"
+                       for k in ("with_defence", "without_defence") if _j[k]["pairs"]]
+        _parts += [mo.md("## Injection defence (`results/judge_safety.json`)\n\n" + "\n".join(_lines))]
+    mo.vstack(_parts)
+    return
+
+
 if __name__ == "__main__":
     app.run()

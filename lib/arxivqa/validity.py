@@ -239,3 +239,17 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def validity_table(report: dict):
+    """``results/judge_validity.json`` as one row per judge (accuracy overall and per kind, Spearman with
+    recall@10, fallback rate, seconds per judgment, and the n behind each)."""
+    import pandas as pd
+
+    rows = []
+    for name, m in report.get("judges", {}).items():
+        rows.append({"judge": name, "pairwise_accuracy": m["pairwise_accuracy"], "pairs": m["pairs_scored"],
+                     **{f"acc_{k}": v for k, v in m["pairwise_accuracy_by_kind"].items()},
+                     "spearman_recall": m["spearman_recall"], "pool": m["pool_scored"],
+                     "fallback_rate": m["fallback_rate"], "seconds_per_judgment": m["seconds_per_judgment"]})
+    return pd.DataFrame(rows)
