@@ -152,8 +152,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # of being subtracted from it (subtracted, one repeat cancelled a found gold paper: 1 of the first
     # run's 10 groups had reward variance, 4 of 10 when its rollouts are re-scored scaled), and searches
     # show 5 hits (keyword recall of the verbatim train queries 0.217 at 3, 0.241 at 5; semantic 0.159, 0.209).
-    # Only queries a search of their own text can answer (74 of 121 at 5 hits): in the first 16 steps
-    # of two runs, no group of the other queries had reward variance, 4 of 6 of these did.
+    # Only queries a search of their own text can answer (74 of 121 at 5 hits): of the first 16 groups of
+    # two runs, re-scored with the scaled penalty, 5 of 8 such groups had reward variance, 1 of 8 others.
     "cpu-warm": dict(model="qwen2.5-coder-0.5b-instruct", embedder="minilm-128", num_generations=4,
                      max_completion_length=768, max_tool_calling_iterations=3, temperature=0.7,
                      user_template="Search query: {query}", tool_max_results=5, query_filter="reachable",
