@@ -414,11 +414,10 @@ def bench_judge_safety(endpoint: str | None = None, run: str | None = None, n_tr
             for name in ("", "_heldout")}
     out: dict = {"redaction": {("development" if k == "" else "held_out"): redaction_rates(*v) for k, v in sets.items()}}
     if endpoint:
+        from .agent import find_run_folder
         from .train import load_rollouts
 
-        run_dir = Path(run) if run and Path(run).is_dir() else config.results_dir() / "runs" / (
-            run or "rlvr-cpu-warm-uniform-100steps-seed0")
-        rows = load_rollouts(run_dir / "rollouts.jsonl")
+        rows = load_rollouts(Path(find_run_folder(run or "rlvr-cpu-warm-uniform-100steps-seed0")) / "rollouts.jsonl")
         trajs = [Trajectory.model_validate(r["trajectory"]) for r in rows
                  if r["reward"].get("gates_passed") and r["trajectory"]["steps"]][:n_trajs]
         if not trajs:
