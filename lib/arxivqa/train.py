@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -128,6 +129,9 @@ class TrainConfig(BaseModel):
     save_steps: int = 10
     gpu: bool = False
     use_vllm: bool = False
+    vllm_mode: Literal["colocate", "server"] = "colocate"  # server: rollouts from `trl vllm-serve` on GPUs of their own
+    vllm_server_url: str = "http://127.0.0.1:8000"  # vllm_mode="server": where that server listens
+    unsloth: bool = True  # GPU path through Unsloth; False: plain TRL + PEFT on the GPU (what DeepSpeed ZeRO-3 needs)
     gradient_checkpointing: bool = False
     max_seq_length: int = 4096  # GPU path (unsloth)
     gpu_memory_utilization: float = 0.6
@@ -356,19 +360,32 @@ def run_trailing_finish(traj: Trajectory, env) -> None:
 
 
 class RolloutLog:
-    """Every scored rollout of a run, with its step and reward components, in ``rollouts.jsonl``."""
+    """Every scored rollout of a run, with its step and reward components, in ``rollouts.jsonl``.
+
+    In a run of several processes (``accelerate launch``) each process scores its own share of the batch;
+    ``flush`` gathers every process's rollouts, each tagged with its ``rank``, in rank order (the order of
+    TRL's gathered rewards), and rank 0 alone writes the file."""
 
     def __init__(self, path: Path, keep_until_step: int | None = None) -> None:
         self.path = path
+        self.rank, self.world = process_rank()
         self.rows: list[dict] = []
+        self._batch: list[dict] = []
         if path.exists() and keep_until_step is not None:  # resuming: drop what the checkpoint did not keep
             self.rows = [r for r in load_rollouts(path) if r["step"] <= keep_until_step]
 
     def add(self, step: int, traj: Trajectory, components: dict[str, float]) -> None:
-        self.rows.append({"step": step, "reward": components, "trajectory": traj.model_dump(mode="json")})
+        self._batch.append({"step": step, "reward": components, "trajectory": traj.model_dump(mode="json")})
 
     def flush(self) -> None:
-        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
+        batch, self._batch = self._batch, []
+        if self.world > 1:  # a collective: every process flushes once per reward call
+            from accelerate.utils import gather_object
+
+            batch = gather_object([{**r, "rank": self.rank} for r in batch])
+        self.rows.extend(batch)
+        if self.rank == 0:
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
 
 
 def load_rollouts(path: str | Path) -> list[dict]:
@@ -487,7 +504,8 @@ def load_unsloth(cfg: TrainConfig):
     from unsloth import FastLanguageModel  # noqa: PLC0415 - lazy on purpose: GPU-only dependency
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=cfg.model, max_seq_length=cfg.max_seq_length, load_in_4bit=False, fast_inference=cfg.use_vllm,
+        model_name=cfg.model, max_seq_length=cfg.max_seq_length, load_in_4bit=False,
+        fast_inference=cfg.use_vllm and cfg.vllm_mode == "colocate",  # server mode: TRL's client to `trl vllm-serve`
         max_lora_rank=cfg.lora_r, gpu_memory_utilization=cfg.gpu_memory_utilization)
     model = FastLanguageModel.get_peft_model(
         model, r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
@@ -503,11 +521,28 @@ def lora_config(cfg: TrainConfig):
                       target_modules=cfg.lora_targets, task_type="CAUSAL_LM")
 
 
+def process_rank() -> tuple[int, int]:
+    """(rank, number of processes) of this training process: ``accelerate launch`` / ``torchrun`` set
+    ``RANK`` and ``WORLD_SIZE``; a plain ``python -m arxivqa.train`` is (0, 1)."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def per_process_batch(cfg: TrainConfig) -> int:
+    """Completions per process and step: the global batch split evenly over the processes."""
+    total, world = cfg.prompts_per_step * cfg.num_generations, process_rank()[1]
+    if total % world:
+        raise ValueError(f"prompts_per_step × num_generations = {total} completions a step do not split over "
+                         f"{world} processes; make it a multiple of {world}")
+    return total // world
+
+
 def grpo_args(cfg: TrainConfig, out: Path) -> dict[str, Any]:
-    """The GRPOConfig keyword arguments of a run (kept as a dict so it is inspectable without TRL)."""
+    """The GRPOConfig keyword arguments of a run (kept as a dict so it is inspectable without TRL).
+    ``prompts_per_step × num_generations`` completions is the global batch of a step: under ``accelerate
+    launch`` with N processes each process generates and trains on its N-th of it."""
     args = dict(
         output_dir=str(out), learning_rate=cfg.learning_rate,
-        per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,  # counts completions
+        per_device_train_batch_size=per_process_batch(cfg),  # counts completions
         gradient_accumulation_steps=1, num_generations=cfg.num_generations, num_iterations=cfg.num_iterations,
         beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, temperature=cfg.temperature,
         max_completion_length=cfg.max_completion_length, max_tool_calling_iterations=cfg.max_tool_calling_iterations,
@@ -518,7 +553,11 @@ def grpo_args(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     # TRL turns gradient checkpointing on by default; on a CPU with room to spare it only costs time
     args["gradient_checkpointing"] = cfg.gradient_checkpointing
     if cfg.gpu:
-        args |= dict(bf16=True, use_vllm=cfg.use_vllm)  # unsloth's fast_inference supplies the vLLM engine
+        args |= dict(bf16=True, use_vllm=cfg.use_vllm)  # colocated: unsloth's fast_inference (or TRL's) runs vLLM
+        if cfg.use_vllm and cfg.vllm_mode == "server":
+            args |= dict(vllm_mode="server", vllm_server_base_url=cfg.vllm_server_url)
+        if not cfg.unsloth:
+            args["model_init_kwargs"] = {"dtype": "bfloat16"}
     else:
         from .models import resolve_dtype
 
@@ -554,13 +593,16 @@ def _callbacks(out: Path, clock: StepClock, tensorboard: bool = False):
                 row["lora_norm"] = lora_norm(model)
             clock.rows.append(row)
             clock.current = {}
-            atomic_write_text(out / "timing.jsonl", "".join(json.dumps(r) + "\n" for r in clock.rows))
+            if main:  # several processes: rank 0's timing
+                atomic_write_text(out / "timing.jsonl", "".join(json.dumps(r) + "\n" for r in clock.rows))
 
         def on_log(self, args, state, control, logs=None, **kw):
-            atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state.log_history))
+            if main:  # TRL logs metrics gathered over the processes: the same on every rank
+                atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in state.log_history))
 
+    main = process_rank()[0] == 0
     callbacks = [Recorder()]
-    if tensorboard:
+    if tensorboard and main:
         try:
             from torch.utils.tensorboard import SummaryWriter
             from transformers.integrations import TensorBoardCallback
@@ -595,7 +637,8 @@ def _timed(fn: Callable, clock: StepClock, key: str) -> Callable:
 # --------------------------------------------------------------------------- the run registry
 
 # Fields that do not change what a run is (how it was executed, not what it learned).
-_NOT_IDENTITY = frozenset({"threads", "save_steps", "preset", "tensorboard"})
+_NOT_IDENTITY = frozenset({"threads", "save_steps", "preset", "tensorboard",
+                           "vllm_mode", "vllm_server_url", "unsloth"})
 
 
 class RunInfo(BaseModel):
@@ -746,7 +789,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
     """Run GRPO; returns the trainer. ``scorer`` replaces the RLVR reward (the RaR judge uses it)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    if cfg.gpu:
+    if cfg.gpu and cfg.unsloth:
         model, tokenizer = load_unsloth(cfg)  # before transformers / trl / peft are imported
     if cfg.threads:
         import torch
@@ -784,7 +827,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
     common = dict(reward_funcs=[make_reward_func(cfg, log, clock, scorer)], args=args,
                   train_dataset=build_dataset(queries, prompt_for(cfg), cfg.user_template), environment_factory=env_factory,
                   callbacks=_callbacks(out, clock, cfg.tensorboard))
-    if cfg.gpu:
+    if cfg.gpu and cfg.unsloth:
         trainer = GRPOTrainer(model=model, processing_class=tokenizer, **common)
     else:
         trainer = GRPOTrainer(model=resolve_model(cfg.model), peft_config=lora_config(cfg), **common)
@@ -793,8 +836,9 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
         setattr(trainer, name, _timed(getattr(trainer, name), clock, key))
     with tolerant_tool_parsing(cfg.tolerant_tool_calls):
         trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
-    trainer.save_model(str(out / "final"))
-    atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in trainer.state.log_history))
+    trainer.save_model(str(out / "final"))  # every process calls it (ZeRO-3 gathers the weights); rank 0 writes
+    if process_rank()[0] == 0:
+        atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in trainer.state.log_history))
     return trainer
 
 
