@@ -137,6 +137,22 @@ train-long: setup  ## the two committed RLVR runs (cpu-warm, LONG_STEPS steps ea
 	  $(PY) -m arxivqa.train export $$run || exit 1; \
 	done
 
+# Beyond one machine (README: "Beyond one machine: processes and a search service"). The training layouts are
+# accelerate configs in configs/accelerate/ (1 GPU, N GPUs with DeepSpeed ZeRO-3, multi-node, 2 CPU processes);
+# here the one that runs on a CPU: the cpu-demo run as 2 data-parallel processes (gloo), one prompt each a step.
+MP_STEPS ?= 20
+SERVE_FLAGS ?=
+.PHONY: train-2proc serve-search bench-service
+train-2proc: setup  ## cpu-demo RLVR GRPO as 2 processes (accelerate launch, gloo) -> data/runs/rlvr-2proc
+	$(VENV)/bin/accelerate launch --config_file configs/accelerate/cpu-2proc.yaml -m arxivqa.train --preset cpu-demo \
+	  --reward rlvr --set prompts_per_step=2 --set threads=1 --set max_steps=$(MP_STEPS) --out data/runs/rlvr-2proc
+
+serve-search: setup  ## serve the index on loopback: keyword + documents on :8765, chroma's server on :8766 (Ctrl-C stops)
+	$(PY) -m arxivqa.service serve $(SERVE_FLAGS)
+
+bench-service: setup  ## both search tools in process vs through the service, 1/4/16 clients -> results/bench_service.json
+	$(PY) -m arxivqa.service bench
+
 edit: setup  ## open the notebooks in marimo
 	$(VENV)/bin/marimo edit notebooks/
 
