@@ -118,8 +118,9 @@ def test_the_benchmark_measures_both_tools_in_process_and_through_the_service(bu
 
     out = tmp_path / "bench.json"
     result = bench_service(str(built_index.folder), clients=(1, 2), requests=4, out=out, note="test",
-                           url=service.url, progress=lambda line: None)
-    cells = {(r["setup"], r["tool"], r["clients"]) for r in result["results"]}
+                           url=service.url, blas_threads=(None, 1), progress=lambda line: None)
+    assert {r["blas_threads"] for r in result["results"]} == {None, 1}
+    cells = {(r["setup"], r["tool"], r["clients"]) for r in result["results"] if r["blas_threads"] == 1}
     assert cells == {(setup, tool, n) for setup, tool in [("in_process", "keyword_search"),
                                                            ("in_process", "semantic_search"),
                                                            ("in_process_hnsw", "semantic_search"),

@@ -434,6 +434,7 @@ class SearchService:
 
 
 class LatencyRow(BaseModel):
+    blas_threads: int | None = None  # the calling process's BLAS thread limit (None: the library's default)
     setup: str
     tool: str
     clients: int
@@ -454,7 +455,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def measure(index, tool: str, queries: Sequence[str], clients: int, per_client: int, env_kwargs: dict,
-            setup: str = "") -> LatencyRow:
+            setup: str = "", blas_threads: int | None = None) -> LatencyRow:
     """``clients`` threads, each with its own ``ArxivEnv`` over ``index``, call ``tool`` ``per_client`` times
     back to back (a fresh episode per call), all starting together; the latency of every call."""
     from .tools import ArxivEnv
@@ -487,7 +488,8 @@ def measure(index, tool: str, queries: Sequence[str], clients: int, per_client: 
     wall = time.perf_counter() - t0
     if errors:
         raise RuntimeError(f"{len(errors)} of {len(latencies)} {tool} calls failed, e.g. {errors[0]}")
-    return LatencyRow(setup=setup, tool=tool, clients=clients, requests=len(latencies),
+    return LatencyRow(blas_threads=blas_threads, setup=setup, tool=tool, clients=clients,
+                      requests=len(latencies),
                       p50_ms=round(percentile(latencies, 50), 2), p95_ms=round(percentile(latencies, 95), 2),
                       mean_ms=round(statistics.fmean(latencies), 2), throughput_rps=round(len(latencies) / wall, 1))
 
@@ -541,13 +543,26 @@ def check_same_index(info: ServiceInfo, index: SearchIndex) -> None:
                          f"the benchmark's index is {here}")
 
 
+def blas_limit(threads: int | None):
+    """BLAS threads of this process limited to ``threads`` for a block (None: left as they are). Measured:
+    16 threads each calling numpy's multi-threaded OpenBLAS oversubscribe 2 cores many times over."""
+    if threads is None:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=threads, user_api="blas")
+
+
 def bench_service(index_spec: str | None = None, embedder: str | None = None, clients: Sequence[int] = (1, 4, 16),
                   requests: int = 96, out: Path | None = None, note: str = "", url: str | None = None,
-                  progress: Callable[[str], None] = print) -> dict:
+                  blas_threads: Sequence[int | None] = (None, 1), progress: Callable[[str], None] = print) -> dict:
     """p50/p95 of ``keyword_search`` and ``semantic_search`` (as ``ArxivEnv`` calls them: search + papers +
     formatting) in process (exact and HNSW semantic search) and through the service, under each number of
-    concurrent clients; ``requests`` calls per cell (at least 4 a client). The service is the one at ``url``
-    (it must serve the same index) or, without one, started here and stopped after. Written to ``out``."""
+    concurrent clients; ``requests`` calls per cell (at least 4 a client); once per BLAS thread limit of the
+    calling process in ``blas_threads``. The service is the one at ``url`` (it must serve the same index)
+    or, without one, started here and stopped after. Written to ``out``."""
+    from threadpoolctl import threadpool_info
+
     from .train import preset, tool_view
 
     folder = Path(index_spec) if index_spec and Path(index_spec).exists() else None
@@ -556,16 +571,16 @@ def bench_service(index_spec: str | None = None, embedder: str | None = None, cl
     view = tool_view(preset("paper"))  # the seed's view: 10 hits, abstracts, snippets
     rows: list[LatencyRow] = []
 
-    def run(setup: str, index, tools: Sequence[str]) -> None:
+    def run(setup: str, index, tools: Sequence[str], limit: int | None) -> None:
         for tool in tools:
             measure(index, tool, queries[:4], 1, 4, view)  # warm: engines, vectors, connections loaded
             for n in clients:
-                row = measure(index, tool, queries, n, max(4, requests // n), view, setup)
+                row = measure(index, tool, queries, n, max(4, requests // n), view, setup, limit)
                 rows.append(row)
-                progress(f"{setup:16s} {tool:16s} {n:3d} clients: p50 {row.p50_ms:8.2f} ms  p95 {row.p95_ms:8.2f} ms")
+                progress(f"BLAS {limit or 'default':7} {setup:16s} {tool:16s} {n:3d} clients: "
+                         f"p50 {row.p50_ms:8.2f} ms  p95 {row.p95_ms:8.2f} ms")
 
-    run("in_process", local, ("keyword_search", "semantic_search"))
-    run("in_process_hnsw", _hnsw_index(local), ("semantic_search",))
+    hnsw = _hnsw_index(local)
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         started_here = url is None
@@ -575,7 +590,11 @@ def bench_service(index_spec: str | None = None, embedder: str | None = None, cl
         remote = ServiceIndex(url)
         stack.callback(remote.close)
         check_same_index(remote.info, local)
-        run("service", remote, ("keyword_search", "semantic_search"))
+        for limit in blas_threads:
+            with blas_limit(limit):
+                run("in_process", local, ("keyword_search", "semantic_search"), limit)
+                run("in_process_hnsw", hnsw, ("semantic_search",), limit)
+                run("service", remote, ("keyword_search", "semantic_search"), limit)
     result = {
         "what": "latency of the agent's two search tools (ArxivEnv.keyword_search / semantic_search: search, "
                 "papers, formatting) in process vs through the search service (keyword engine + documents over "
@@ -591,6 +610,8 @@ def bench_service(index_spec: str | None = None, embedder: str | None = None, cl
                    "service": "ServiceIndex: keyword + papers over HTTP, semantic through the chroma server (HNSW)"},
         "tool_view": view, "queries": len(queries), "requests_per_cell": requests,
         "service_started_by_bench_s": start_s,
+        "blas_default": [{k: i.get(k) for k in ("internal_api", "num_threads", "version")} for i in threadpool_info()
+                         if i.get("user_api") == "blas"],
         "machine": machine_info(), "conditions": note,
         "results": [r.model_dump() for r in rows],
     }
@@ -622,6 +643,8 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--out", default=None, help="default: <results>/bench_service.json")
     b.add_argument("--note", default="", help="the conditions of the measurement, recorded in the JSON")
     b.add_argument("--url", default=None, help="a running service of the same index (default: start one)")
+    b.add_argument("--blas-threads", default="default,1",
+                   help="one pass per BLAS thread limit of the calling process ('default': the library's own)")
     a = p.parse_args(argv)
     if a.cmd == "serve":
         try:
@@ -630,7 +653,8 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"error: {exc}") from None
         return
     out = Path(a.out) if a.out else config.results_dir() / "bench_service.json"
-    bench_service(a.index, a.embedder, [int(x) for x in a.clients.split(",")], a.requests, out, a.note, a.url)
+    limits = [None if x == "default" else int(x) for x in a.blas_threads.split(",")]
+    bench_service(a.index, a.embedder, [int(x) for x in a.clients.split(",")], a.requests, out, a.note, a.url, limits)
     print(out)
 
 
