@@ -224,3 +224,37 @@ def test_the_reachable_filter_keeps_queries_a_search_of_their_text_can_answer(bu
     assert TrainConfig(query_filter="reachable").query_filter == "reachable"
     with pytest.raises(ValueError):
         TrainConfig(query_filter="easy")
+
+
+def test_a_turn_after_tool_results_asks_only_for_the_budget_a_rollout_can_keep():
+    """TRL asks every turn for max_completion_length new tokens and cuts the excess afterwards;
+    bound_turns asks for the largest budget left in the call, and restores the setting after it."""
+    from types import SimpleNamespace
+
+    from arxivqa.train import bound_turns
+
+    asked = []
+
+    class FakeTrainer:
+        use_vllm = False
+        generation_config = SimpleNamespace(max_new_tokens=100)
+        generation_kwargs = {"max_new_tokens": 100}
+
+        def _generate_single_turn(self, prompt_ids, images, fields, num_generations, has_tool_images=False):
+            asked.append((self.generation_config.max_new_tokens, self.generation_kwargs["max_new_tokens"]))
+            return prompt_ids
+
+        def _generate(self, steps):
+            for ids in steps:
+                self._generate_single_turn(ids, None, {}, 1)
+
+    t = FakeTrainer()
+    bound_turns(t, 100)
+    p1, p2 = [1, 2, 3], [7, 8]
+    t._generate([[p1, p2],                                # the step's prompts: the full budget
+                 [p1 + [0] * 60, p2 + [0] * 90],          # 60 and 90 used: the first can keep 40
+                 [p2 + [0] * 95],                         # 5 left
+                 [[5, 5] + [0] * 10]])                    # not a continuation of a prompt: left alone
+    assert asked == [(100, 100), (40, 40), (5, 5), (100, 100)]
+    t._generate([[p2 + [0] * 90]])  # a new step: its first call records its prompts
+    assert asked[-1] == (100, 100) and t.generation_config.max_new_tokens == 100

@@ -634,6 +634,52 @@ def _timed(fn: Callable, clock: StepClock, key: str) -> Callable:
     return wrapper
 
 
+def bound_turns(trainer, max_completion_length: int) -> None:
+    """Ask each generation call of TRL's tool loop for no more new tokens than a rollout of the call can
+    still keep. TRL asks for ``max_completion_length`` new tokens at every turn and afterwards cuts what
+    goes past the rollout's budget (prompt excluded, tool results included), so a rollout that runs on
+    in its last turn was decoded for up to a whole budget of tokens that were then thrown away (the
+    batch waits for it). Here a call after a tool round asks for the largest budget left among its
+    rollouts: the tokens kept are the same, only the discarded ones are no longer generated. The
+    transformers path only (vLLM and continuous batching are left alone)."""
+    if getattr(trainer, "use_vllm", False) or getattr(trainer, "use_transformers_continuous_batching", False):
+        return
+    prompts: list[list[int]] = []
+    generate, single_turn = trainer._generate, trainer._generate_single_turn
+
+    @functools.wraps(generate)
+    def new_step(*a, **kw):
+        prompts.clear()  # the step's prompts are recorded by its first generation call
+        return generate(*a, **kw)
+
+    @functools.wraps(single_turn)
+    def bounded(prompt_ids, *a, **kw):
+        seqs = [list(p) for p in prompt_ids]
+        if not prompts:
+            prompts.extend(seqs)
+            return single_turn(prompt_ids, *a, **kw)
+        used = []
+        for seq in seqs:
+            own = [len(p) for p in prompts if len(p) <= len(seq) and seq[:len(p)] == p]
+            if not own:  # not a continuation of this step's prompts: ask for the full budget
+                return single_turn(prompt_ids, *a, **kw)
+            used.append(len(seq) - max(own))
+        left = max(1, max_completion_length - min(used))
+        cfg, kwargs = trainer.generation_config, getattr(trainer, "generation_kwargs", None)
+        before = cfg.max_new_tokens
+        cfg.max_new_tokens = min(before or left, left)
+        if isinstance(kwargs, dict):
+            kwargs["max_new_tokens"] = cfg.max_new_tokens
+        try:
+            return single_turn(prompt_ids, *a, **kw)
+        finally:
+            cfg.max_new_tokens = before
+            if isinstance(kwargs, dict):
+                kwargs["max_new_tokens"] = before
+
+    trainer._generate, trainer._generate_single_turn = new_step, bounded
+
+
 # --------------------------------------------------------------------------- the run registry
 
 # Fields that do not change what a run is (how it was executed, not what it learned).
@@ -831,6 +877,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
         trainer = GRPOTrainer(model=model, processing_class=tokenizer, **common)
     else:
         trainer = GRPOTrainer(model=resolve_model(cfg.model), peft_config=lora_config(cfg), **common)
+    bound_turns(trainer, cfg.max_completion_length)
     for name, key in (("_generate", "generation"), ("_generate_and_score_completions", "prepare"),
                       ("compute_loss", "loss_forward")):
         setattr(trainer, name, _timed(getattr(trainer, name), clock, key))
