@@ -159,6 +159,50 @@ def _(mo, rar, save_table):
 
 
 @app.cell
+def _(config, mo, pd, save):
+    # Why recall is a noisy reward, measured on the committed RLVR rollouts (`python -m arxivqa.bench
+    # reward-noise --judge <judge>` writes the two files; judging every rollout takes minutes, so the
+    # notebook reads the measurement instead of repeating it).
+    import json as _json
+
+    from arxivqa.plots import reward_noise as _plot
+
+    _path, _csv = config.results_dir() / "reward_noise.json", config.results_dir() / "reward_noise_rollouts.csv"
+    if _path.exists() and _csv.exists():
+        _r = _json.loads(_path.read_text())
+        _runs = "; ".join(f"{x['run']} ({x['model']} · {x['steps']} steps · seed {x['seed']}, {x['rollouts']} rollouts)"
+                          for x in _r["runs"])
+        _fig = _plot(pd.read_csv(_csv), _r, title=f"RLVR vs. the judge {_r['judge']} on the same rollouts")
+        save(_fig, "05_reward_noise.png")
+        _t, _v = _r["ties"], _r["variance"]
+
+        def _pct(d):
+            return f"{d['n']} ({d['share']:.0%})" if d["share"] == d["share"] else "0"
+
+        _text = (
+            f"Runs: {_runs}. Judge: `{_r['judge']}` ({_r['fallbacks']} fallbacks); two rollouts are *separated* "
+            f"when their judge scores differ by ≥ {_r['margin']:.3f} (one holistic point) or a failure-mode "
+            f"detector flags one and not the other.\n\n"
+            f"- Of {_t['pairs']} pairs of rollouts of the same prompt and step, RLVR gives {_t['tied_pairs']} "
+            f"the same reward ({_t['tied_at_zero']['pairs']} at 0, {_t['tied_above_zero']['pairs']} above 0).\n"
+            f"- Of the tied pairs the judge separates {_pct(_t['tied']['judge_separates'])}, the detectors "
+            f"{_pct(_t['tied']['detectors_separate'])}, either {_pct(_t['tied']['either_separates'])}; "
+            f"above 0 (the same recall, found differently) the judge separates "
+            f"{_pct(_t['tied_above_zero']['judge_separates'])}.\n"
+            f"- Groups with reward variance (a GRPO gradient): RLVR {_pct(_v['rlvr']['nonzero_variance'])}, "
+            f"RaR on the same rollouts {_pct(_v['rar']['nonzero_variance'])} of {_v['rlvr']['groups']}; mean "
+            f"within-group std {_v['rlvr']['mean_std']:.3f} vs {_v['rar']['mean_std']:.3f}.\n\n"
+            "Whether the judge's separations are *right* is the validity question of notebook 06 "
+            "(`results/judge_validity.json`): a judge that separates ties at random adds variance, not signal.")
+        _out = mo.vstack([mo.md("## Why recall is a noisy reward (measured)"), mo.md(_text), _fig])
+    else:
+        _out = mo.md("## Why recall is a noisy reward\n\n_No `results/reward_noise.json` yet: "
+                     "`python -m arxivqa.bench reward-noise --judge expected:qwen2.5-coder-0.5b-instruct`._")
+    _out
+    return
+
+
+@app.cell
 def _(Judge, mo, open_llm, pd, rar, rar_info, rlvr, save_table):
     # The same rollouts judged with the global rubric and with query-specific rubrics (RaR-Explicit), by the
     # RaR run's own training judge.

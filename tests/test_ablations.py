@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from arxivqa.ablations import (cell_label, judge_agreement, judge_scores, recall_by_training_judge, score_matrix,
-                               score_recall_correlation)
+from arxivqa.ablations import (HOLISTIC_POINT, cell_label, group_variance, judge_agreement, judge_scores,
+                               recall_by_training_judge, rollout_pairs, score_matrix, score_recall_correlation,
+                               tie_separation, variance_summary)
 from arxivqa.judge import JudgeResult
 
 
@@ -112,3 +113,97 @@ def test_missing_columns_are_a_clear_error():
 def test_every_cell_states_model_scale_and_seed():
     assert cell_label("qwen2.5-coder-0.5b-instruct", "cpu-demo", 0, steps=3) == \
         "qwen2.5-coder-0.5b-instruct · cpu-demo · 3 steps · seed 0"
+
+
+def _rollouts(rows):
+    return pd.DataFrame(rows, columns=["run", "step", "qid", "rlvr", "judge_score", "fallback", "fm_rephrasing",
+                                       "fm_no_exploration"])
+
+
+NOISE = _rollouts([
+    # group 1: three rollouts RLVR ties at 0; the judge sees 0.1 vs 0.5 vs 0.15, a detector flags the third
+    ("r", 1, "q1", 0.0, 0.10, False, False, False), ("r", 1, "q1", 0.0, 0.50, False, False, False),
+    ("r", 1, "q1", 0.0, 0.15, False, True, False),
+    # group 2: two rollouts tied above 0; the second judgment failed (it separates nothing)
+    ("r", 2, "q2", 0.4, 0.90, False, False, False), ("r", 2, "q2", 0.4, 0.10, True, False, True),
+    # group 3: rewards differ
+    ("r", 3, "q3", 0.0, 0.30, False, False, False), ("r", 3, "q3", 0.5, 0.30, False, False, False),
+])
+
+
+def test_pairs_are_within_a_group_and_say_who_separates_an_rlvr_tie():
+    pairs = rollout_pairs(NOISE, "rlvr", "judge_score")
+    assert len(pairs) == 3 + 1 + 1  # never across groups
+    g1 = pairs[pairs.qid == "q1"].set_index(["a", "b"])
+    assert g1["tied_at_zero"].all()
+    assert g1.loc[(0, 1), "judge_separates"] and not g1.loc[(0, 2), "judge_separates"]  # 0.05 < one holistic point
+    assert g1.loc[(0, 2), "detectors"] == "rephrasing" and not g1.loc[(0, 1), "detectors_separate"]
+    g2 = pairs[pairs.qid == "q2"].iloc[0]
+    assert g2["tied"] and not g2["tied_at_zero"] and not g2["judge_separates"] and math.isnan(g2["score_gap"])
+    assert g2["detectors"] == "no_exploration"
+    assert not pairs[pairs.qid == "q3"].iloc[0]["tied"]
+
+
+def test_tie_separation_counts_with_their_n():
+    out = tie_separation(rollout_pairs(NOISE, "rlvr", "judge_score", margin=HOLISTIC_POINT))
+    assert out["pairs"] == 5 and out["tied_pairs"] == 4
+    assert out["tied_at_zero"]["pairs"] == 3 and out["tied_above_zero"]["pairs"] == 1
+    t = out["tied"]
+    # judge: (0,1) and (1,2) of group 1; detectors: (0,2), (1,2) of group 1 and the pair of group 2
+    assert t["judge_separates"] == {"n": 2, "share": 0.5} and t["detectors_separate"]["n"] == 3
+    assert t["either_separates"]["n"] == 4 and t["both_separate"]["n"] == 1
+    assert t["by_detector"] == {"rephrasing": 2, "no_exploration": 1}
+
+
+def test_group_variance_per_regime():
+    frame = NOISE.assign(rar=[0.1, 0.5, 0.15, 0.9, 0.1, 0.3, 0.3])
+    groups = group_variance(frame, {"rlvr": "rlvr", "rar": "rar"})
+    assert groups["rollouts"].tolist() == [3, 2, 2]
+    assert groups["rlvr_std"].tolist()[:2] == [0.0, 0.0] and groups["rlvr_std"].iloc[2] == pytest.approx(0.25)
+    assert groups["rar_std"].iloc[2] == 0.0 and groups["rar_std"].iloc[1] == pytest.approx(0.4)
+    v = variance_summary(groups, ("rlvr", "rar"))
+    assert v["rlvr"]["nonzero_variance"] == {"n": 1, "share": pytest.approx(1 / 3)}
+    assert v["rar"]["nonzero_variance"]["n"] == 2
+
+
+def test_reward_noise_measured_on_a_run_folder(tmp_path):
+    """The driver reads a run folder as arxivqa.train writes it, scores every rollout with the judge,
+    and writes the report and the per-rollout table."""
+    import json
+
+    from test_judge import traj
+
+    from arxivqa.bench import bench_reward_noise
+    from arxivqa.train import TrainConfig
+
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(TrainConfig(reward="rlvr", max_steps=1).model_dump_json())
+    trajs = [traj(query="a"), traj(query="b"), traj(query="c", submitted=None)]
+    rows = [{"step": 1, "reward": {"total": 0.5}, "trajectory": t.model_dump(mode="json")} for t in trajs]
+    (run / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "results"
+    out.mkdir()
+    report = bench_reward_noise("fixed", [str(run)], out_dir=out,
+                                judge=_FixedJudge({"a": 0.9, "b": 0.2, "c": 0.5}))
+    assert report["rollouts"] == 3 and report["groups"] == 1 and report["ties"]["tied_pairs"] == 3
+    assert report["ties"]["tied"]["judge_separates"]["n"] == 3  # 0.9 / 0.2 / 0.5: every gap ≥ 1/9
+    table = pd.read_csv(out / "reward_noise_rollouts.csv")
+    assert table["judge_score"].tolist() == [0.9, 0.2, 0.5]
+    # RaR: the judge's score behind the same gates: the unfinished rollout fails the submission gate
+    assert table["rar"].iloc[2] < table["rar"].iloc[1] < table["rar"].iloc[0]
+    assert json.loads((out / "reward_noise.json").read_text())["variance"]["rar"]["nonzero_variance"]["n"] == 1
+
+
+def test_the_reward_noise_figure_reads_the_measurement():
+    from arxivqa.plots import reward_noise
+
+    frame = NOISE.assign(rar=[0.1, 0.5, 0.15, 0.9, 0.1, 0.3, 0.3])
+    report = {"ties": tie_separation(rollout_pairs(NOISE, "rlvr", "judge_score"))}
+    fig = reward_noise(frame, report, title="run · 3 steps · seed 0")
+    left, right = fig.axes[:2]
+    assert left.get_title() == "3 groups" and fig._suptitle.get_text() == "run · 3 steps · seed 0"
+    labels = [t.get_text() for t in right.get_xticklabels()]
+    assert labels == ["tied at 0 (n=3)", "tied above 0 (n=1)"]
+    heights = sorted(round(p.get_height(), 3) for p in right.patches if p.get_height() > 0)
+    assert heights == sorted([round(2 / 3, 3), round(2 / 3, 3), 1.0, 1.0, 1.0])  # judge 2/3, detectors 2/3, either 1 | 0, 1, 1

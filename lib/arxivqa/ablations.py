@@ -125,3 +125,74 @@ def judge_agreement(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, p
                 mad.loc[a, b] = float(np.abs(x - y).mean())
                 rho.loc[a, b] = 1.0 if a == b else _corr(x, y, "spearman")[0]
     return rho, mad, n
+
+
+# --------------------------------------------------------------------------- why recall is a noisy reward
+
+HOLISTIC_POINT = 1 / 9  # one point of the judge's 1–10 holistic score on the [0, 1] scale
+GROUP = ("run", "step", "qid")
+
+
+def rollout_pairs(frame: pd.DataFrame, reward: str = "rlvr", score: str = "judge_score",
+                  margin: float = HOLISTIC_POINT, group: Sequence[str] = GROUP) -> pd.DataFrame:
+    """Every pair of rollouts of the same group (the same prompt in the same GRPO step): whether the RLVR
+    reward ties them, whether the judge separates them (scores at least ``margin`` apart; a fallback
+    judgment separates nothing), and which failure-mode detectors (``fm_*`` columns) flag one but not the
+    other. ``frame``: one row per rollout with the ``group`` columns, ``reward``, ``score``, ``fallback``
+    (optional) and the ``fm_*`` flags of ``diagnostics.rollout_frame``."""
+    _check(frame, (*group, reward, score))
+    fms = [c for c in frame.columns if c.startswith("fm_")]
+    fallback = frame["fallback"].astype(bool) if "fallback" in frame else pd.Series(False, index=frame.index)
+    rows = []
+    for key, g in frame.groupby(list(group), sort=False):
+        idx = list(g.index)
+        for n, i in enumerate(idx):
+            for j in idx[n + 1:]:
+                a, b = frame.loc[i], frame.loc[j]
+                tied = abs(float(a[reward]) - float(b[reward])) < 1e-9
+                judged = not (fallback[i] or fallback[j])
+                split = [c.removeprefix("fm_") for c in fms if bool(a[c]) != bool(b[c])]
+                rows.append({**dict(zip(group, key if isinstance(key, tuple) else (key,))), "a": i, "b": j,
+                             "reward_a": float(a[reward]), "reward_b": float(b[reward]), "tied": tied,
+                             "tied_at_zero": tied and float(a[reward]) == 0.0,
+                             "score_gap": abs(float(a[score]) - float(b[score])) if judged else float("nan"),
+                             "judge_separates": judged and abs(float(a[score]) - float(b[score])) >= margin,
+                             "detectors_separate": bool(split), "detectors": ",".join(split)})
+    cols = [*group, "a", "b", "reward_a", "reward_b", "tied", "tied_at_zero", "score_gap", "judge_separates",
+            "detectors_separate", "detectors"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _share(mask: pd.Series) -> dict:
+    return {"n": int(mask.sum()), "share": float(mask.mean()) if len(mask) else float("nan")}
+
+
+def tie_separation(pairs: pd.DataFrame) -> dict:
+    """Of the pairs the RLVR reward ties (all of them, those tied at 0, those tied above 0): how many the
+    judge separates, the failure-mode detectors separate, either, and both — each with its n."""
+    out = {"pairs": len(pairs), "tied_pairs": int(pairs["tied"].sum())}
+    for name, sub in (("tied", pairs[pairs["tied"]]), ("tied_at_zero", pairs[pairs["tied_at_zero"]]),
+                      ("tied_above_zero", pairs[pairs["tied"] & ~pairs["tied_at_zero"]])):
+        j, d = sub["judge_separates"].astype(bool), sub["detectors_separate"].astype(bool)
+        out[name] = {"pairs": len(sub), "judge_separates": _share(j), "detectors_separate": _share(d),
+                     "either_separates": _share(j | d), "both_separate": _share(j & d),
+                     "by_detector": sub.loc[d, "detectors"].str.split(",").explode().value_counts().to_dict()}
+    return out
+
+
+def group_variance(frame: pd.DataFrame, regimes: Mapping[str, str], group: Sequence[str] = GROUP) -> pd.DataFrame:
+    """Per group, the standard deviation of each regime's reward over its rollouts (``regimes``: name →
+    column); a group with a non-zero std gives GRPO a gradient under that regime."""
+    _check(frame, (*group, *regimes.values()))
+    g = frame.groupby(list(group), sort=False)
+    out = g.size().rename("rollouts").to_frame()
+    for name, col in regimes.items():
+        out[f"{name}_std"] = g[col].std(ddof=0)
+        out[f"{name}_mean"] = g[col].mean()
+    return out.reset_index()
+
+
+def variance_summary(groups: pd.DataFrame, regimes: Sequence[str]) -> dict:
+    """Per regime: groups, the share with non-zero reward variance (its n) and the mean within-group std."""
+    return {r: {"groups": len(groups), "nonzero_variance": _share(groups[f"{r}_std"] > 1e-9),
+                "mean_std": float(groups[f"{r}_std"].mean()) if len(groups) else float("nan")} for r in regimes}

@@ -435,6 +435,61 @@ def bench_judge_safety(endpoint: str | None = None, run: str | None = None, n_tr
     return out
 
 
+def bench_reward_noise(judge_spec: str, runs: Sequence[str] | None = None, margin: float | None = None,
+                       out_dir: Path | None = None, judge=None) -> dict:
+    """Why recall is a noisy reward, measured on real training rollouts (``results/reward_noise.json``,
+    ``results/reward_noise_rollouts.csv``): every rollout of the committed ``runs`` (default: every
+    committed RLVR run) gets the reward it trained on (RLVR) and, counterfactually, the RaR reward the
+    judge ``judge_spec`` gives it under the same gates and settings; then, within each group (one prompt
+    in one step), the pairs RLVR ties and whether the judge or the failure-mode detectors separate them
+    (``ablations.rollout_pairs``), and each regime's reward variance per group (``ablations.group_variance``)."""
+    import pandas as pd
+
+    from .ablations import HOLISTIC_POINT, group_variance, rollout_pairs, tie_separation, variance_summary
+    from .agent import find_run_folder
+    from .diagnostics import load_run
+    from .judge import make_judge, rar_components
+    from .rewards import RewardConfig
+    from .train import committed_runs
+
+    margin = HOLISTIC_POINT if margin is None else margin
+    folders = [Path(find_run_folder(r)) for r in runs] if runs else [r.path for r in committed_runs(reward="rlvr")]
+    if not folders:
+        raise ValueError("no run to measure: pass --runs, or commit an RLVR run under results/runs/")
+    judge = judge or make_judge(judge_spec)
+    frames, sources = [], []
+    for folder in folders:
+        run = load_run(folder)
+        trajs = [t for _, t in run["trajectories"]]
+        cfg = RewardConfig.model_validate(run["config"].get("rewards", {}))
+        results = judge.score_batch(trajs)
+        f = run["rollouts"].copy()
+        f.insert(0, "run", folder.name)
+        f["rlvr"] = f["reward/total"].astype(float)
+        f["judge_score"] = [r.score for r in results]
+        f["fallback"] = [r.fallback for r in results]
+        f["rar"] = [rar_components(t, r, cfg)[0] for t, r in zip(trajs, results)]
+        frames.append(f)
+        sources.append({"run": folder.name, "rollouts": len(f), "steps": int(f["step"].nunique()),
+                        "model": run["config"].get("model"), "seed": run["config"].get("seed")})
+    frame = pd.concat(frames, ignore_index=True)
+    pairs = rollout_pairs(frame, "rlvr", "judge_score", margin)
+    groups = group_variance(frame, {"rlvr": "rlvr", "rar": "rar", "judge": "judge_score"})
+    report = {"judge": judge_spec, "margin": margin, "runs": sources, "rollouts": len(frame),
+              "fallbacks": int(frame["fallback"].sum()), "groups": len(groups),
+              "judge_score_spread": {"min": float(frame["judge_score"].min()), "max": float(frame["judge_score"].max()),
+                                     "std": float(frame["judge_score"].std(ddof=0))},
+              "ties": tie_separation(pairs),
+              "variance": variance_summary(groups, ("rlvr", "rar", "judge")), "machine": _machine()}
+    out = out_dir or config.results_dir()
+    keep = ["run", "step", "qid", "rlvr", "rar", "judge_score", "fallback", "search_recall",
+            *[c for c in frame.columns if c.startswith("fm_")]]
+    atomic_write_text(out / "reward_noise_rollouts.csv", frame[keep].to_csv(index=False))
+    atomic_write_text(out / "reward_noise.json", json.dumps(report, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k != "machine"}, indent=1)[:3000])
+    return report
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m arxivqa.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -473,7 +528,15 @@ def main(argv: list[str] | None = None) -> None:
     j.add_argument("--run", default=None, help="committed run whose finished rollouts carry the payloads")
     j.add_argument("--trajectories", type=int, default=1)
     j.add_argument("--out", default=None)
+    n = sub.add_parser("reward-noise", help="RLVR ties the judge or the failure-mode detectors separate; reward variance per group")
+    n.add_argument("--judge", required=True, help="the judge giving the RaR reward (local, expected:<model>, yesno:<model>)")
+    n.add_argument("--runs", nargs="+", default=None, help="run folders or names (default: every committed RLVR run)")
+    n.add_argument("--margin", type=float, default=None, help="score gap that separates two rollouts (default: one holistic point, 1/9)")
+    n.add_argument("--out", default=None)
     a = ap.parse_args(argv)
+    if a.cmd == "reward-noise":
+        bench_reward_noise(a.judge, a.runs, a.margin, out_dir=Path(a.out) if a.out else None)
+        return
     if a.cmd == "judge-safety":
         bench_judge_safety(a.endpoint, a.run, a.trajectories, out_dir=Path(a.out) if a.out else None)
         return

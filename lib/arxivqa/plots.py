@@ -251,3 +251,31 @@ def score_vs_recall(scores: pd.DataFrame, recall: str = "search_recall", title: 
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def reward_noise(rollouts: pd.DataFrame, report: Mapping, title: str = ""):
+    """Why recall is a noisy reward (``bench.bench_reward_noise``): left, each group's reward std under
+    RLVR against under RaR (same rollouts; points off the x = 0 line are groups only the judge gives a
+    gradient); right, of the rollout pairs RLVR ties, the share the judge and the failure-mode detectors
+    separate, at reward 0 and above it, with n."""
+    from .ablations import group_variance
+
+    groups = group_variance(rollouts, {"rlvr": "rlvr", "rar": "rar"})
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    sns.scatterplot(data=groups, x="rlvr_std", y="rar_std", hue="run" if groups["run"].nunique() > 1 else None,
+                    ax=a, s=40, alpha=0.7)
+    top = max(0.05, float(groups[["rlvr_std", "rar_std"]].max().max()) * 1.05)
+    a.plot([0, top], [0, top], color="grey", lw=0.8, ls="--")
+    a.set(xlim=(-0.01, top), ylim=(-0.01, top), xlabel="RLVR reward std in the group",
+          ylabel="RaR reward std (same rollouts)", title=f"{len(groups)} groups")
+    rows = []
+    for part, label in (("tied_at_zero", "tied at 0"), ("tied_above_zero", "tied above 0")):
+        t = report["ties"][part]
+        for who in ("judge_separates", "detectors_separate", "either_separates"):
+            rows.append({"ties": f"{label} (n={t['pairs']})", "separated by": who.removesuffix("_separates"),
+                         "share": t[who]["share"]})
+    sns.barplot(data=pd.DataFrame(rows), x="ties", y="share", hue="separated by", ax=b)
+    b.set(ylim=(0, 1), xlabel="rollout pairs the RLVR reward ties", ylabel="share separated")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
