@@ -193,6 +193,7 @@ def test_reward_noise_measured_on_a_run_folder(tmp_path):
     # RaR: the judge's score behind the same gates: the unfinished rollout fails the submission gate
     assert table["rar"].iloc[2] < table["rar"].iloc[1] < table["rar"].iloc[0]
     assert json.loads((out / "reward_noise.json").read_text())["variance"]["rar"]["nonzero_variance"]["n"] == 1
+    assert (out / "reward_noise.png").stat().st_size > 0
 
 
 def test_the_reward_noise_figure_reads_the_measurement():

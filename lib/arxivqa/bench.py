@@ -438,7 +438,7 @@ def bench_judge_safety(endpoint: str | None = None, run: str | None = None, n_tr
 def bench_reward_noise(judge_spec: str, runs: Sequence[str] | None = None, margin: float | None = None,
                        out_dir: Path | None = None, judge=None) -> dict:
     """Why recall is a noisy reward, measured on real training rollouts (``results/reward_noise.json``,
-    ``results/reward_noise_rollouts.csv``): every rollout of the committed ``runs`` (default: every
+    ``results/reward_noise_rollouts.csv``, the figure ``results/reward_noise.png``): every rollout of the committed ``runs`` (default: every
     committed RLVR run) gets the reward it trained on (RLVR) and, counterfactually, the RaR reward the
     judge ``judge_spec`` gives it under the same gates and settings; then, within each group (one prompt
     in one step), the pairs RLVR ties and whether the judge or the failure-mode detectors separate them
@@ -486,6 +486,11 @@ def bench_reward_noise(judge_spec: str, runs: Sequence[str] | None = None, margi
             *[c for c in frame.columns if c.startswith("fm_")]]
     atomic_write_text(out / "reward_noise_rollouts.csv", frame[keep].to_csv(index=False))
     atomic_write_text(out / "reward_noise.json", json.dumps(report, indent=1) + "\n")
+    from .plots import reward_noise, save
+
+    runs_label = "; ".join(f"{x['run']} ({x['model']} · {x['steps']} steps · seed {x['seed']})" for x in sources)
+    save(reward_noise(frame[keep], report, title=f"RLVR vs RaR with judge {judge_spec}\n{runs_label}"),
+         "reward_noise.png", out)
     print(json.dumps({k: v for k, v in report.items() if k != "machine"}, indent=1)[:3000])
     return report
 
