@@ -258,3 +258,43 @@ def test_a_turn_after_tool_results_asks_only_for_the_budget_a_rollout_can_keep()
     assert asked == [(100, 100), (40, 40), (5, 5), (100, 100)]
     t._generate([[p2 + [0] * 90]])  # a new step: its first call records its prompts
     assert asked[-1] == (100, 100) and t.generation_config.max_new_tokens == 100
+
+
+def test_gradient_accumulation_slices_the_update_not_the_step(tiny_qwen, built_index, papers, tmp_path):
+    """gradient_accumulation_steps=2: the step's 4 completions are generated once and trained on in two
+    slices of 2, and the adapter after the step is the one a single slice of 4 gives (TRL's DAPO loss is
+    normalised over the whole generation batch)."""
+    from peft import get_peft_model_state_dict
+
+    from arxivqa.train import grpo_args, run_identity
+
+    qfile = write_jsonl(tmp_path / "q.jsonl", [
+        {"qid": f"t{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id], "difficulty": "easy"}
+        for i, p in enumerate(papers[:2])])
+
+    def score(traj):  # differs between completions of a group, so the step has a gradient
+        value = (sum(map(ord, "".join(s.assistant.text for s in traj.steps))) % 97) / 97
+        return value, {"total": value}
+
+    adapters, rollouts, norms = {}, {}, {}
+    for n in (1, 2):
+        cfg = preset("cpu-demo", model=tiny_qwen, queries=str(qfile), split="all", max_steps=1, num_generations=4,
+                     max_completion_length=16, max_tool_calling_iterations=1, save_steps=1, lora_r=2, threads=1,
+                     tensorboard=False, dtype="float32", learning_rate=1e-2, gradient_accumulation_steps=n)
+        args = grpo_args(cfg, tmp_path)
+        assert (args["per_device_train_batch_size"], args["gradient_accumulation_steps"]) == (4 // n, n)
+        trainer = train(cfg, tmp_path / f"ga{n}", index=built_index, scorer=score)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        adapters[n] = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+        rollouts[n] = [r["trajectory"]["steps"] for r in load_rollouts(tmp_path / f"ga{n}" / "rollouts.jsonl")]
+        logged = [json.loads(x) for x in (tmp_path / f"ga{n}" / "metrics.jsonl").read_text().splitlines()]
+        norms[n] = next(m["grad_norm"] for m in logged if "grad_norm" in m)
+    assert rollouts[1] == rollouts[2]  # the same 4 completions, generated once
+    assert norms[2] == pytest.approx(norms[1], rel=1e-4) and norms[1] > 0  # the same gradient, not only the same Adam step
+    moved = [k for k in adapters[1] if "lora_B" in k and adapters[1][k].abs().sum() > 0]
+    assert moved
+    for k in adapters[1]:
+        torch.testing.assert_close(adapters[2][k], adapters[1][k], rtol=1e-4, atol=1e-6)
+    assert run_identity(cfg) == run_identity(cfg.model_copy(update={"gradient_accumulation_steps": 1}))
+    with pytest.raises(ValueError, match="gradient_accumulation_steps=3"):
+        grpo_args(cfg.model_copy(update={"gradient_accumulation_steps": 3}), tmp_path)

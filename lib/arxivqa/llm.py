@@ -257,6 +257,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(proc: subprocess.Popen | None, timeout: float = 20.0) -> None:
+    """End a child server: SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def die_with_parent() -> None:
     """For ``Popen(preexec_fn=...)``: on Linux the child gets SIGTERM when the process that started it
     dies (``prctl(PR_SET_PDEATHSIG)``), so a command killed from outside never leaves a model server
@@ -314,12 +325,7 @@ class LocalServer:
             time.sleep(1.0)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_process(self.proc)
         if self._log not in (None, subprocess.DEVNULL):
             self._log.close()
         self._log = None

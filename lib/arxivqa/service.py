@@ -249,13 +249,9 @@ class ChromaServer:
         return self._log.read().decode(errors="replace")[-chars:]
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        from .llm import stop_process
+
+        stop_process(self.proc)
 
 
 def _url_host(host: str) -> str:
@@ -414,13 +410,9 @@ class SearchService:
         return self._log.read().decode(errors="replace")[-chars:]
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()  # uvicorn shuts down, then serve stops its chroma server
-            try:
-                self.proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        from .llm import stop_process
+
+        stop_process(self.proc, timeout=40)  # uvicorn shuts down, then serve stops its chroma server
 
     def __enter__(self) -> Self:
         self.start()

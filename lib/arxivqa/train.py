@@ -133,6 +133,11 @@ class TrainConfig(BaseModel):
     vllm_server_url: str = "http://127.0.0.1:8000"  # vllm_mode="server": where that server listens
     unsloth: bool = True  # GPU path through Unsloth; False: plain TRL + PEFT on the GPU (what DeepSpeed ZeRO-3 needs)
     gradient_checkpointing: bool = False
+    # the loss and backward of a step in this many slices of the step's completions: the same gradient (TRL's
+    # DAPO loss is normalised by the completion tokens of the whole generation batch), 1/N of the update's
+    # activations and logits in memory (cpu-warm: 2; at 1 its training process reached 21.5 GB and was
+    # OOM-killed on the 24 GB machine)
+    gradient_accumulation_steps: int = Field(1, ge=1)
     max_seq_length: int = 4096  # GPU path (unsloth)
     gpu_memory_utilization: float = 0.6
     threads: int | None = None
@@ -162,7 +167,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                      max_completion_length=768, max_tool_calling_iterations=3, temperature=0.7,
                      user_template="Search query: {query}", tool_max_results=5, query_filter="reachable",
                      rewards=RewardConfig(max_duplicate_calls=1, redundancy_mode="scale"),
-                     learning_rate=5e-5, lora_r=8, lora_alpha=16, save_steps=5,
+                     learning_rate=5e-5, lora_r=8, lora_alpha=16, save_steps=5, gradient_accumulation_steps=2,
                      lora_targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
     "paper": dict(model="Qwen/Qwen3-8B", learning_rate=1e-6, prompts_per_step=8, num_generations=8, num_iterations=4,
                   beta=0.02, epsilon=0.2, epsilon_high=0.28, max_steps=250 * 24, max_completion_length=8192,
@@ -536,14 +541,25 @@ def per_process_batch(cfg: TrainConfig) -> int:
     return total // world
 
 
+def micro_batch(cfg: TrainConfig) -> int:
+    """Completions in one forward/backward: a process's share of the step in ``gradient_accumulation_steps``
+    slices."""
+    share, n = per_process_batch(cfg), cfg.gradient_accumulation_steps
+    if share % n:
+        raise ValueError(f"{share} completions a process and step do not split into gradient_accumulation_steps="
+                         f"{n} slices; make it a divisor of {share}")
+    return share // n
+
+
 def grpo_args(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     """The GRPOConfig keyword arguments of a run (kept as a dict so it is inspectable without TRL).
     ``prompts_per_step × num_generations`` completions is the global batch of a step: under ``accelerate
     launch`` with N processes each process generates and trains on its N-th of it."""
     args = dict(
         output_dir=str(out), learning_rate=cfg.learning_rate,
-        per_device_train_batch_size=per_process_batch(cfg),  # counts completions
-        gradient_accumulation_steps=1, num_generations=cfg.num_generations, num_iterations=cfg.num_iterations,
+        per_device_train_batch_size=micro_batch(cfg),  # counts completions
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,  # TRL generates once a step all the same
+        num_generations=cfg.num_generations, num_iterations=cfg.num_iterations,
         beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, temperature=cfg.temperature,
         max_completion_length=cfg.max_completion_length, max_tool_calling_iterations=cfg.max_tool_calling_iterations,
         max_steps=cfg.max_steps, logging_steps=1, save_strategy="steps", save_steps=cfg.save_steps,
@@ -684,7 +700,7 @@ def bound_turns(trainer, max_completion_length: int) -> None:
 
 # Fields that do not change what a run is (how it was executed, not what it learned).
 _NOT_IDENTITY = frozenset({"threads", "save_steps", "preset", "tensorboard",
-                           "vllm_mode", "vllm_server_url", "unsloth"})
+                           "vllm_mode", "vllm_server_url", "unsloth", "gradient_accumulation_steps"})
 
 
 class RunInfo(BaseModel):
