@@ -206,5 +206,6 @@ def test_the_reward_noise_figure_reads_the_measurement():
     assert left.get_title() == "3 groups" and fig._suptitle.get_text() == "run · 3 steps · seed 0"
     labels = [t.get_text() for t in right.get_xticklabels()]
     assert labels == ["tied at 0 (n=3)", "tied above 0 (n=1)"]
+    assert [t.get_text() for t in right.get_legend().get_texts()] == ["judge", "detectors", "either"]
     heights = sorted(round(p.get_height(), 3) for p in right.patches if p.get_height() > 0)
     assert heights == sorted([round(2 / 3, 3), round(2 / 3, 3), 1.0, 1.0, 1.0])  # judge 2/3, detectors 2/3, either 1 | 0, 1, 1

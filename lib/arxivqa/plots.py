@@ -271,9 +271,8 @@ def reward_noise(rollouts: pd.DataFrame, report: Mapping, title: str = ""):
     rows = []
     for part, label in (("tied_at_zero", "tied at 0"), ("tied_above_zero", "tied above 0")):
         t = report["ties"][part]
-        for who in ("judge_separates", "detectors_separate", "either_separates"):
-            rows.append({"ties": f"{label} (n={t['pairs']})", "separated by": who.removesuffix("_separates"),
-                         "share": t[who]["share"]})
+        for who, name in (("judge_separates", "judge"), ("detectors_separate", "detectors"), ("either_separates", "either")):
+            rows.append({"ties": f"{label} (n={t['pairs']})", "separated by": name, "share": t[who]["share"]})
     sns.barplot(data=pd.DataFrame(rows), x="ties", y="share", hue="separated by", ax=b)
     b.set(ylim=(0, 1), xlabel="rollout pairs the RLVR reward ties", ylabel="share separated")
     fig.suptitle(title)
