@@ -163,6 +163,21 @@ def offline_environment() -> dict[str, str]:
     return dict(os.environ)
 
 
+def process_rank() -> tuple[int, int]:
+    """(rank, number of processes) of this training process: ``accelerate launch`` / ``torchrun`` set
+    ``RANK`` and ``WORLD_SIZE``; a plain ``python -m arxivqa.train`` is (0, 1)."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def child_environment(path_first: str | None = None) -> dict[str, str]:
+    """``offline_environment()`` with ``path_first`` put in front of ``PYTHONPATH`` (a child that imports
+    this package from the same checkout)."""
+    env = offline_environment()
+    if path_first:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (path_first, env.get("PYTHONPATH")) if p)
+    return env
+
+
 # Shorthands for the two settings that nearly every notebook and writer needs.
 def results_dir() -> Path:
     return settings().results_dir

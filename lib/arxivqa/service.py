@@ -386,8 +386,9 @@ class SearchService:
 
         from .llm import die_with_parent
 
-        lib = str(Path(__file__).resolve().parents[1])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (lib, os.environ.get("PYTHONPATH")) if p)}
+        from .config import child_environment
+
+        env = child_environment(str(Path(__file__).resolve().parents[1]))
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env,
                                      preexec_fn=die_with_parent)
         deadline = time.monotonic() + timeout

@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -52,7 +51,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from .agent import SYSTEM_PROMPT
-from .config import Settings, run_roots, set_library_default, settings
+from .config import Settings, process_rank, run_roots, set_library_default, settings
 from .corpus import Query
 from .files import atomic_write_json, atomic_write_text
 from .records import AssistantTurn, ToolCall, ToolCallRecord, Trajectory, clean_text
@@ -524,12 +523,6 @@ def lora_config(cfg: TrainConfig):
 
     return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                       target_modules=cfg.lora_targets, task_type="CAUSAL_LM")
-
-
-def process_rank() -> tuple[int, int]:
-    """(rank, number of processes) of this training process: ``accelerate launch`` / ``torchrun`` set
-    ``RANK`` and ``WORLD_SIZE``; a plain ``python -m arxivqa.train`` is (0, 1)."""
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def per_process_batch(cfg: TrainConfig) -> int:
