@@ -153,6 +153,30 @@ serve-search: setup  ## serve the index on loopback: keyword + documents on :876
 bench-service: setup  ## both search tools in process vs through the service, 1/4/16 clients -> results/bench_service.json
 	$(PY) -m arxivqa.service bench
 
+# A second LLM server (README: "A second server: llama.cpp"): llama.cpp's OpenAI-compatible server from
+# llama-cpp-python, an optional extra built from source (~20 min on 2 cores) into $(VENV) with the locked CPU set
+# held as constraints. The default flags are this project's machines' (AVX-512, no AMX: a native build of
+# llama.cpp dies with SIGILL on their AMX CPUs); on a CPU without AVX-512 use LLAMACPP_CMAKE_ARGS=-DGGML_NATIVE=ON.
+LLAMACPP_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+  -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
+  -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF -DGGML_BLAS=OFF
+LLAMACPP_PORT ?= 8322
+LLAMACPP_CTX ?= 8192
+.PHONY: setup-llamacpp serve-llamacpp bench-servers
+setup-llamacpp: $(VENV)/.llamacpp-done  ## the optional llama.cpp server (requirements-llamacpp.txt), built from source
+
+$(VENV)/.llamacpp-done: $(VENV)/.setup-done requirements-llamacpp.txt
+	$(PY) -m pip freeze --exclude-editable > $(VENV)/constraints-cpu.txt
+	CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	  $(PY) -m pip install -c $(VENV)/constraints-cpu.txt -r requirements-llamacpp.txt
+	touch $@
+
+serve-llamacpp: setup-llamacpp  ## llama.cpp serving the packaged Qwen2.5-Coder-0.5B GGUF on 127.0.0.1:$(LLAMACPP_PORT), context $(LLAMACPP_CTX)
+	$(PY) -m arxivqa.llm serve --engine llamacpp --port $(LLAMACPP_PORT) --n-ctx $(LLAMACPP_CTX)
+
+bench-servers: setup  ## episodes/min in process vs transformers serve vs llama.cpp, same dev queries -> results/bench_servers.json
+	$(PY) -m arxivqa.bench servers --budgets 4,12,640,160
+
 edit: setup  ## open the notebooks in marimo
 	$(VENV)/bin/marimo edit notebooks/
 

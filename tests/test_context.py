@@ -124,6 +124,28 @@ def test_a_conversation_that_cannot_fit_says_so():
     assert isinstance(trim, ContextTrim)
 
 
+def test_a_query_that_cannot_fit_ends_the_episode_before_any_request(built_index):
+    """Found against llama.cpp's server: a query longer than the window ended the episode before its first
+    request, and ``Agent.run`` raised StopIteration instead of returning the trajectory."""
+    from arxivqa.agent import Agent
+    from arxivqa.corpus import Query
+    from arxivqa.records import Budgets
+    from arxivqa.tools import ArxivEnv
+
+    class NeverAsked:
+        name, context_window = "never-asked", 512
+
+        def chat(self, *a, **k):
+            raise AssertionError("a request that cannot fit the window was sent")
+
+    q = Query(qid="long", query="retrieval " * 2000)
+    traj = Agent(NeverAsked(), Budgets(max_turns=2, max_new_tokens=32)).run(q, ArxivEnv(built_index))
+    assert traj.stop_reason == "context_budget" and not traj.steps
+    assert len(traj.context_trims) == 1 and not traj.context_trims[0].fits
+    (many,) = Agent(NeverAsked(), Budgets(max_turns=2, max_new_tokens=32)).run_many([q], lambda: ArxivEnv(built_index))
+    assert many.stop_reason == "context_budget" and not many.steps
+
+
 # --------------------------------------------------------------------------- an episode against a server
 
 
@@ -247,3 +269,21 @@ def test_the_context_benchmark_writes_both_paths(tiny_qwen, built_index, papers,
     assert after["stop_reasons"] == {"context_budget": 2} and after["turns"] == 0
     assert after["prompt_tokens_per_turn"] == [] and after["mean_prompt_tokens"] is None
     assert out["policy_context_window"] == 32768  # from the model's config
+
+
+def test_the_server_benchmark_says_what_it_skipped(built_index, tmp_path, monkeypatch):
+    """``bench servers`` without the optional llama.cpp extra: that path is skipped with the command that
+    installs it, the result file is still written, and a path it does not know is refused by name."""
+    import arxivqa.llm
+    from arxivqa.bench import bench_servers
+
+    monkeypatch.setattr(arxivqa.llm, "llamacpp_installed", lambda: False)
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text(json.dumps({"qid": "b", "query": "sparse attention", "gold_in_corpus": ["9999.00001"]}) + "\n")
+    r = bench_servers(limit=1, paths=("llamacpp",), queries_file=str(qfile), split="all", index=built_index,
+                      out_dir=tmp_path)
+    assert r["paths"] == {} and "make setup-llamacpp" in r["skipped"]["llamacpp"]
+    assert json.loads((tmp_path / "bench_servers.json").read_text())["skipped"] == r["skipped"]
+    with pytest.raises(ValueError, match="vllm"):
+        bench_servers(limit=1, paths=("vllm",), queries_file=str(qfile), split="all", index=built_index,
+                      out_dir=tmp_path)

@@ -517,16 +517,16 @@ class Agent:
     def run(self, query: Query, env: ArxivEnv) -> Trajectory:
         """One episode, one turn at a time (``policy.chat``)."""
         episode = self.episode(query, env)
-        request = next(episode)
-        while True:
-            try:
-                out = self.policy.chat(request[0], tool_schemas(), request[1])
-            except Exception as exc:  # noqa: BLE001 - an endpoint failure ends this episode, recorded
-                out = exc
-            try:
+        try:  # an episode may end before its first request (a query that cannot fit the context window)
+            request = next(episode)
+            while True:
+                try:
+                    out = self.policy.chat(request[0], tool_schemas(), request[1])
+                except Exception as exc:  # noqa: BLE001 - an endpoint failure ends this episode, recorded
+                    out = exc
                 request = episode.send(out)
-            except StopIteration as stop:
-                return stop.value
+        except StopIteration as stop:
+            return stop.value
 
     def run_many(self, queries: Sequence[Query], make_env, batch_size: int = 8, progress=None) -> list[Trajectory]:
         """Many episodes in lockstep: each round, every active episode's next turn is generated in one

@@ -355,12 +355,12 @@ def context_figures(trajs, window: int | None, max_new_tokens: int) -> dict:
 
 def bench_context(policy: str, limit: int = 10, window: int = 8192, budgets: str | None = None,
                   queries_file: str | None = None, split: str = "dev", batch: int | None = None, index=None,
-                  out_dir: Path | None = None) -> dict:
+                  out_dir: Path | None = None, name: str = "bench_context") -> dict:
     """The context budget before vs after, on the same queries: every episode without trimming, then with
     the window ``window`` (``Agent.context_window``). ``budgets`` (``max_turns,max_tool_calls,max_tokens,
     max_new_tokens``; default a run's rollout budgets, else the agent's), the prompt and the tool view are a
     run's own for ``run:`` policies, else the agent's (the full view, whose results fill the context).
-    Writes ``<results>/bench_context.json``."""
+    Writes ``<results>/<name>.json``."""
     from .agent import make_policy
     from .corpus import select_queries
     from .evaluate import check_policy, run_agent_eval, run_view
@@ -387,9 +387,84 @@ def bench_context(policy: str, limit: int = 10, window: int = 8192, budgets: str
         figures = context_figures(trajs, window, b.max_new_tokens) | {"wall_seconds": time.perf_counter() - t0}
         result["paths"][path] = figures
         print(path, json.dumps(figures), flush=True)
-    out = (out_dir or config.results_dir()) / "bench_context.json"
+    out = (out_dir or config.results_dir()) / f"{name}.json"
     atomic_write_json(out, result)
     return result
+
+
+SERVER_PATHS = ("in_process", "transformers_serve", "llamacpp")
+
+
+def bench_servers(limit: int = 10, window: int = 8192, budgets: str | None = None, model: str | None = None,
+                  paths: Sequence[str] = SERVER_PATHS, queries_file: str | None = None, split: str = "dev",
+                  batch: int | None = None, index=None, out_dir: Path | None = None) -> dict:
+    """Episodes per minute of one model on the same queries, budgets and context window, three ways: in
+    process (lockstep batches of ``batch``, default ``eval_batch``), over ``transformers serve`` and over
+    llama.cpp's server (``LlamaCppServer``, the model's GGUF; skipped with a note when the optional extra
+    is not installed). The servers run one episode at a time (llama.cpp serves one request at a time);
+    each is started here on loopback and stopped after its episodes. ``model``: a packaged model (default
+    the policy model). Writes ``<results>/bench_servers.json`` after every path."""
+    from .agent import LocalHFPolicy, OpenAIPolicy
+    from .corpus import select_queries
+    from .evaluate import run_agent_eval
+    from .index import open_index
+    from .llm import LLAMACPP_EXTRA, llamacpp_installed, local_server
+    from .models import DEFAULT_MODEL, PACKAGED, model_setting
+    from .records import Budgets
+
+    model = model or model_setting() or DEFAULT_MODEL
+    if model not in PACKAGED:
+        raise ValueError(f"bench servers compares a packaged model (llama.cpp serves its GGUF): {sorted(PACKAGED)}")
+    unknown = set(paths) - set(SERVER_PATHS)
+    if unknown:
+        raise ValueError(f"unknown paths {sorted(unknown)}; choose among {SERVER_PATHS}")
+    b = Budgets.parse(budgets) if budgets else Budgets()
+    queries = select_queries(queries_file, split, limit).queries
+    if not queries:
+        raise ValueError("no query with a gold paper in the corpus")
+    index = index or open_index()
+    out = (out_dir or config.results_dir()) / "bench_servers.json"
+    result = {"model": model, "queries": len(queries), "split": split, "window": window, "budgets": b.__dict__,
+              "machine": _machine(), "threads": __import__("torch").get_num_threads(), "paths": {}, "skipped": {}}
+
+    def run(name: str, policy, batch_size: int) -> None:
+        t0 = time.perf_counter()
+        trajs = run_agent_eval(policy.name, queries, index, budgets=b, batch_size=batch_size, policy=policy,
+                               progress=False, context_window=window)
+        wall = time.perf_counter() - t0
+        figures = context_figures(trajs, window, b.max_new_tokens)
+        result["paths"][name] = figures | {"batch": batch_size, "wall_seconds": wall,
+                                           "episodes_per_minute": 60 * len(trajs) / wall,
+                                           "completion_tokens_per_second": figures["completion_tokens"] / wall}
+        print(name, json.dumps(result["paths"][name]), flush=True)
+        atomic_write_json(out, result)
+
+    for path in paths:
+        if path == "in_process":
+            policy = LocalHFPolicy(model, name=f"local:{model}")
+            run(path, policy, batch or config.settings().eval_batch)
+            del policy
+            continue
+        engine = "llamacpp" if path == "llamacpp" else "transformers"
+        if engine == "llamacpp" and not llamacpp_installed():
+            result["skipped"][path] = f"not installed ({LLAMACPP_EXTRA})"
+            print(path, "skipped:", result["skipped"][path], flush=True)
+            continue
+        kwargs = {"n_ctx": window} if engine == "llamacpp" else {}
+        with local_server(model, engine=engine, startup_timeout=600, **kwargs) as url:
+            served = model if engine == "llamacpp" else resolve_served(model)
+            policy = OpenAIPolicy(served, url, api_key_env=None, context_window=window, name=f"{path}:{model}",
+                                  max_retries=1, timeout=600)
+            run(path, policy, 1)
+    atomic_write_json(out, result)
+    return result
+
+
+def resolve_served(model: str) -> str:
+    """The model name ``transformers serve`` answers to: the folder it was started with."""
+    from .models import resolve_model
+
+    return resolve_model(model)
 
 
 SAFETY_DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
@@ -527,6 +602,17 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--split", default="dev", choices=("dev", "train", "all"))
     c.add_argument("--batch", type=int, default=None, help="lockstep episodes of an in-process policy (default eval_batch)")
     c.add_argument("--out", default=None)
+    c.add_argument("--name", default="bench_context", help="the result file's name: <results>/<name>.json")
+    v = sub.add_parser("servers", help="episodes/min of one model in process, over transformers serve and over llama.cpp")
+    v.add_argument("--model", default=None, help="a packaged model (default the policy model)")
+    v.add_argument("--limit", type=int, default=10)
+    v.add_argument("--window", type=int, default=8192, help="the context window of every path (llama.cpp's n_ctx)")
+    v.add_argument("--budgets", default=None, help="max_turns,max_tool_calls,max_tokens,max_new_tokens")
+    v.add_argument("--paths", default=",".join(SERVER_PATHS), help=f"comma-separated, among {','.join(SERVER_PATHS)}")
+    v.add_argument("--queries", default=None)
+    v.add_argument("--split", default="dev", choices=("dev", "train", "all"))
+    v.add_argument("--batch", type=int, default=None, help="lockstep episodes in process (default eval_batch)")
+    v.add_argument("--out", default=None)
     j = sub.add_parser("judge-safety", help="the judge's injection defence: redaction rates, score shift")
     j.add_argument("--judge", dest="endpoint", default=None,
                    help="also measure the score shift with this judge (local, expected:<model>, yesno:<model>)")
@@ -542,6 +628,10 @@ def main(argv: list[str] | None = None) -> None:
     if a.cmd == "reward-noise":
         bench_reward_noise(a.judge, a.runs, a.margin, out_dir=Path(a.out) if a.out else None)
         return
+    if a.cmd == "servers":
+        bench_servers(a.limit, a.window, a.budgets, a.model, tuple(p for p in a.paths.split(",") if p), a.queries,
+                      a.split, a.batch, out_dir=Path(a.out) if a.out else None)
+        return
     if a.cmd == "judge-safety":
         bench_judge_safety(a.endpoint, a.run, a.trajectories, out_dir=Path(a.out) if a.out else None)
         return
@@ -550,7 +640,7 @@ def main(argv: list[str] | None = None) -> None:
 
         try:
             bench_context(a.policy, a.limit, a.window, a.budgets, a.queries, a.split, a.batch,
-                          out_dir=Path(a.out) if a.out else None)
+                          out_dir=Path(a.out) if a.out else None, name=a.name)
         except EndpointUnreachable as exc:
             raise SystemExit(f"error: {exc}") from None
         return

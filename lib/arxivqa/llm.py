@@ -48,6 +48,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import re
 import socket
 import sqlite3
@@ -301,10 +302,15 @@ class LocalServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self, startup_timeout: float = 300.0) -> str:
+    ready_path = "/health"  # answers 200 once the server can take requests
+
+    def command(self) -> list[str]:
         cli = Path(sys.executable).with_name("transformers")
-        cmd = [str(cli), "serve", *([self.path] if self.path else ["--model-timeout", "86400"]),
-               "--host", "127.0.0.1", "--port", str(self.port)]
+        return [str(cli), "serve", *([self.path] if self.path else ["--model-timeout", "86400"]),
+                "--host", "127.0.0.1", "--port", str(self.port)]
+
+    def start(self, startup_timeout: float = 300.0) -> str:
+        cmd = self.command()
         env = offline_environment()
         self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)
@@ -314,7 +320,7 @@ class LocalServer:
                 self.stop()
                 raise RuntimeError(f"`{' '.join(cmd)}` exited with code {self.proc.returncode} before it was ready")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{self.ready_path}", timeout=2) as r:
                     if r.status == 200:
                         return self.base_url
             except OSError:
@@ -331,12 +337,61 @@ class LocalServer:
         self._log = None
 
 
+LLAMACPP_EXTRA = "make setup-llamacpp (requirements-llamacpp.txt: llama-cpp-python[server] built with the AMX kernels off)"
+
+
+def llamacpp_installed() -> bool:
+    """Whether llama.cpp's OpenAI-compatible server (``llama_cpp.server``, an optional extra) is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("uvicorn") is not None
+
+
+class LlamaCppServer(LocalServer):
+    """llama.cpp's OpenAI-compatible server (``python -m llama_cpp.server`` of llama-cpp-python[server], an
+    optional extra) on loopback, serving a packaged model's GGUF file as it ships (no conversion), with a
+    context window of ``n_ctx`` tokens and the chat template stored in the GGUF (Qwen2.5's has tools; the
+    server returns the model's ``<tool_call>`` blocks as text, which ``OpenAIPolicy`` reads). The server
+    reports neither its context nor tool support, so callers pass ``n_ctx`` on as the policy's
+    ``context_window``. Requests are served one at a time, each reusing the cached prefix of the last."""
+
+    ready_path = "/v1/models"
+
+    def __init__(self, model: str | None = None, port: int | None = None, log_path: str | Path | None = None,
+                 n_ctx: int = 8192, threads: int | None = None) -> None:
+        from .models import gguf_file
+
+        if not llamacpp_installed():
+            raise ImportError(f"llama.cpp's server is not installed; run {LLAMACPP_EXTRA}")
+        self.model = model or DEFAULT_LLAMACPP_MODEL
+        self.gguf = gguf_file(self.model)
+        self.port = port or _free_port()
+        self.log_path = log_path
+        self.n_ctx = n_ctx
+        self.threads = threads or os.cpu_count() or 1
+        self.proc = None
+        self._log = None
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--model_alias", self.model,
+                "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
+                "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads)]
+
+
+DEFAULT_LLAMACPP_MODEL = "qwen2.5-coder-0.5b-instruct"
+
+
 @contextlib.contextmanager
 def local_server(model: str | None = None, port: int | None = None, startup_timeout: float = 300.0,
-                 log_path: str | Path | None = None) -> Iterator[str]:
+                 log_path: str | Path | None = None, engine: str = "transformers", **kwargs: Any) -> Iterator[str]:
     """Serve ``model`` (a packaged name, local folder or hub ID) at ``http://127.0.0.1:<port>/v1``;
-    yields that base URL. The server's output goes to ``log_path`` (default: discarded)."""
-    server = LocalServer(model, port, log_path)
+    yields that base URL. ``engine``: ``transformers`` (``transformers serve``) or ``llamacpp``
+    (``LlamaCppServer``, a packaged model's GGUF; ``kwargs``: ``n_ctx``, ``threads``). The server's output
+    goes to ``log_path`` (default: discarded)."""
+    if engine not in ("transformers", "llamacpp"):
+        raise ValueError(f"unknown server engine {engine!r}: transformers or llamacpp")
+    server = (LlamaCppServer(model, port, log_path, **kwargs) if engine == "llamacpp"
+              else LocalServer(model, port, log_path))
     try:
         yield server.start(startup_timeout)
     finally:
@@ -635,6 +690,10 @@ def main(argv: list[str] | None = None) -> None:
     s = sub.add_parser("serve")
     s.add_argument("--endpoint", default=None)
     s.add_argument("--port", type=int, default=8321)
+    s.add_argument("--engine", choices=("transformers", "llamacpp"), default="transformers",
+                   help="transformers serve (every local model), or llama.cpp's server (one packaged model's GGUF)")
+    s.add_argument("--model", default=None, help="llamacpp: the packaged model (default qwen2.5-coder-0.5b-instruct)")
+    s.add_argument("--n-ctx", type=int, default=8192, help="llamacpp: the context window in tokens")
     sub.add_parser("list")
     args = p.parse_args(argv)
     if args.cmd == "list":
@@ -643,12 +702,21 @@ def main(argv: list[str] | None = None) -> None:
             key = f", key from ${ep.api_key_env}" if ep.api_key_env else ""
             print(f"{ep.name:24s} {ep.model:32s} {where}{key}")
         return
-    ep = get_endpoint(args.endpoint)
-    if not ep.local:
-        raise SystemExit(f"endpoint {ep.name!r} is remote ({ep.base_url}); nothing to serve")
-    server = LocalServer("", port=args.port)  # not pinned: serves every local endpoint's model
-    url = server.start()
-    print(f"serving the local models (first: {ep.model}) at {url}\nexport ARXIVQA_LOCAL_LLM_URL={url}", flush=True)
+    if args.engine == "llamacpp":
+        try:
+            server = LlamaCppServer(args.model, port=args.port, n_ctx=args.n_ctx)
+        except (ImportError, ValueError) as exc:
+            raise SystemExit(f"error: {exc}") from None
+        url = server.start()
+        print(f"llama.cpp serving {server.model} ({server.gguf.name}, context {server.n_ctx}) at {url}\n"
+              f"policy: --policy openai:{server.model}@{url} --context-window {server.n_ctx}", flush=True)
+    else:
+        ep = get_endpoint(args.endpoint)
+        if not ep.local:
+            raise SystemExit(f"endpoint {ep.name!r} is remote ({ep.base_url}); nothing to serve")
+        server = LocalServer("", port=args.port)  # not pinned: serves every local endpoint's model
+        url = server.start()
+        print(f"serving the local models (first: {ep.model}) at {url}\nexport ARXIVQA_LOCAL_LLM_URL={url}", flush=True)
     try:
         server.proc.wait()
     except KeyboardInterrupt:

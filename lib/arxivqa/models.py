@@ -96,6 +96,15 @@ def _assemble_gguf(spec: PackagedGGUF, dest: Path) -> Path:
     return target
 
 
+def gguf_file(name: str = DEFAULT_MODEL) -> Path:
+    """A packaged model's GGUF file as it ships (joined and checked once under ``data/models/gguf``): what
+    llama.cpp serves. Its chat template is the one stored in the file (``chat_template_from`` applies to
+    the transformers checkpoint only)."""
+    if name not in PACKAGED:
+        raise ValueError(f"unknown packaged model {name!r}; packaged: {sorted(PACKAGED)}")
+    return _assemble_gguf(PACKAGED[name], config.settings().models_dir / "gguf")
+
+
 def prepare_model(name: str = DEFAULT_MODEL, force: bool = False) -> Path:
     """A plain transformers checkpoint of a packaged model under ``data/models/<name>`` (made once)."""
     if name not in PACKAGED:
@@ -108,8 +117,8 @@ def prepare_model(name: str = DEFAULT_MODEL, force: bool = False) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf_dir = config.settings().models_dir / "gguf"
-    gguf = _assemble_gguf(spec, gguf_dir)
+    gguf = gguf_file(name)
+    gguf_dir = gguf.parent
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf.name)
     if spec.chat_template_from:
         tokenizer.chat_template = AutoTokenizer.from_pretrained(prepare_model(spec.chat_template_from)).chat_template
