@@ -134,3 +134,19 @@ def test_the_benchmark_measures_both_tools_in_process_and_through_the_service(bu
 def test_percentiles_interpolate_between_ranks():
     assert percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5 and percentile([1.0, 2.0, 3.0, 4.0, 5.0], 95) == pytest.approx(4.8)
     assert percentile([7.0], 95) == 7.0
+
+
+def test_a_run_setting_can_name_the_service_instead_of_a_folder(built_index, service):
+    """``--set index=<service URL>`` (training, SFT demos): ``open_index_spec`` gives the service's client,
+    which answers as the index does; a service with another embedder than the run asks for is refused."""
+    from arxivqa.index import open_index_spec
+
+    remote = open_index_spec(service.url, embedder=built_index.embedder.name)
+    try:
+        assert isinstance(remote, ServiceIndex)
+        assert ids(remote.keyword_search(QUERIES[0], 5)[0]) == ids(built_index.keyword_search(QUERIES[0], 5)[0])
+    finally:
+        remote.close()
+    with pytest.raises(ValueError, match="embeds with"):
+        open_index_spec(service.url, embedder="minilm-not-this-one")
+    assert open_index_spec(str(built_index.folder)).folder == built_index.folder  # a folder still opens in process

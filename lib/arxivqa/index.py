@@ -718,8 +718,20 @@ _OPEN: dict[tuple, SearchIndex] = {}
 _OPEN_LOCK = threading.Lock()
 
 
-def open_index_spec(spec: str | Path | None = None, embedder: str | None = None) -> SearchIndex:
-    """``open_index`` for a setting that names an index (under the index directory) or gives its folder."""
+def open_index_spec(spec: str | Path | None = None, embedder: str | None = None):
+    """``open_index`` for a setting that names an index (under the index directory) or gives its folder,
+    or the URL of a running search service (``http://127.0.0.1:8765``, ``make serve-search``): then a
+    ``service.ServiceIndex``, so that many rollout workers share one index. The service's embedder must be
+    ``embedder`` when one is asked for (the semantic side is part of a run's identity)."""
+    if spec and str(spec).startswith(("http://", "https://")):
+        from .service import ServiceIndex
+
+        remote = ServiceIndex(str(spec))
+        if embedder and embedder != remote.info.embedder:
+            remote.close()
+            raise ValueError(f"the search service at {spec} embeds with {remote.info.embedder!r}, not {embedder!r}: "
+                             f"serve an index built with --embedder {embedder}, or set embedder={remote.info.embedder}")
+        return remote
     folder = Path(spec) if spec and Path(spec).exists() else None
     return open_index(None if folder else (str(spec) if spec else None), folder=folder, embedder=embedder)
 
