@@ -154,9 +154,9 @@ bench-service: setup  ## both search tools in process vs through the service, 1/
 	$(PY) -m arxivqa.service bench
 
 # A second LLM server (README: "A second server: llama.cpp"): llama.cpp's OpenAI-compatible server from
-# llama-cpp-python, an optional extra built from source (~20 min on 2 cores) into $(VENV) with the locked CPU set
-# held as constraints. The default flags are this project's machines' (AVX-512, no AMX: a native build of
-# llama.cpp dies with SIGILL on their AMX CPUs); on a CPU without AVX-512 use LLAMACPP_CMAKE_ARGS=-DGGML_NATIVE=ON.
+# llama-cpp-python, an optional extra built from source (5.3 min on 2 cores here) into $(VENV) with the locked CPU
+# set held as constraints. The default flags are this project's machines' (AVX-512, no AMX: a native build of
+# llama.cpp died with SIGILL on their AMX CPUs); on a CPU without AVX-512 use LLAMACPP_CMAKE_ARGS=-DGGML_NATIVE=ON.
 LLAMACPP_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
   -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
   -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF -DGGML_BLAS=OFF

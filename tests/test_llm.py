@@ -181,3 +181,14 @@ def test_the_second_local_model_ships_in_its_package():
 
     (path,) = list(_gguf_sources(PACKAGED["smollm2-135m-instruct"]))
     assert path.is_file() and path.stat().st_size > 50_000_000
+
+
+def test_serving_llamacpp_without_its_extra_says_how_to_install_it(monkeypatch):
+    import arxivqa.llm as llm_module
+
+    monkeypatch.setattr(llm_module, "llamacpp_installed", lambda: False)
+    with pytest.raises(SystemExit, match="make setup-llamacpp"):
+        llm_module.main(["serve", "--engine", "llamacpp"])
+    with pytest.raises(ValueError, match="unknown server engine"):
+        with llm_module.local_server(engine="vllm"):
+            pass

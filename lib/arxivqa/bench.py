@@ -409,7 +409,7 @@ def bench_servers(limit: int = 10, window: int = 8192, budgets: str | None = Non
     from .evaluate import run_agent_eval
     from .index import open_index
     from .llm import LLAMACPP_EXTRA, llamacpp_installed, local_server
-    from .models import DEFAULT_MODEL, PACKAGED, model_setting
+    from .models import DEFAULT_MODEL, PACKAGED, model_setting, resolve_model
     from .records import Budgets
 
     model = model or model_setting() or DEFAULT_MODEL
@@ -452,19 +452,12 @@ def bench_servers(limit: int = 10, window: int = 8192, budgets: str | None = Non
             continue
         kwargs = {"n_ctx": window} if engine == "llamacpp" else {}
         with local_server(model, engine=engine, startup_timeout=600, **kwargs) as url:
-            served = model if engine == "llamacpp" else resolve_served(model)
+            served = model if engine == "llamacpp" else resolve_model(model)  # transformers serve: the folder it serves
             policy = OpenAIPolicy(served, url, api_key_env=None, context_window=window, name=f"{path}:{model}",
                                   max_retries=1, timeout=600)
             run(path, policy, 1)
     atomic_write_json(out, result)
     return result
-
-
-def resolve_served(model: str) -> str:
-    """The model name ``transformers serve`` answers to: the folder it was started with."""
-    from .models import resolve_model
-
-    return resolve_model(model)
 
 
 SAFETY_DATA = Path(__file__).resolve().parents[2] / "tests" / "data"

@@ -359,11 +359,11 @@ class LlamaCppServer(LocalServer):
 
     def __init__(self, model: str | None = None, port: int | None = None, log_path: str | Path | None = None,
                  n_ctx: int = 8192, threads: int | None = None) -> None:
-        from .models import gguf_file
+        from .models import DEFAULT_MODEL, gguf_file
 
         if not llamacpp_installed():
             raise ImportError(f"llama.cpp's server is not installed; run {LLAMACPP_EXTRA}")
-        self.model = model or DEFAULT_LLAMACPP_MODEL
+        self.model = model or DEFAULT_MODEL
         self.gguf = gguf_file(self.model)
         self.port = port or _free_port()
         self.log_path = log_path
@@ -376,9 +376,6 @@ class LlamaCppServer(LocalServer):
         return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--model_alias", self.model,
                 "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                 "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads)]
-
-
-DEFAULT_LLAMACPP_MODEL = "qwen2.5-coder-0.5b-instruct"
 
 
 @contextlib.contextmanager
