@@ -25,8 +25,11 @@ def llamacpp():
         yield url
 
 
+TIMEOUT = 1800.0  # seconds a request may take: generous, so a busy machine slows these tests without failing them
+
+
 def policy(url, **kw):
-    return OpenAIPolicy(MODEL, url, api_key_env=None, max_retries=0, **kw)
+    return OpenAIPolicy(MODEL, url, api_key_env=None, max_retries=0, timeout=TIMEOUT, **kw)
 
 
 def test_tool_calls_come_back_native_or_in_text_and_are_read(llamacpp):
@@ -71,7 +74,7 @@ def test_structured_output_through_the_llm_layer(llamacpp):
         topic: str
         is_machine_learning: bool
 
-    llm = LLM(Endpoint(name="llamacpp", model=MODEL, max_retries=2), base_url=llamacpp)
+    llm = LLM(Endpoint(name="llamacpp", model=MODEL, max_retries=2, timeout=TIMEOUT), base_url=llamacpp)
     msgs = [{"role": "user", "content": 'What is the topic of the paper "Sparse attention for long-context '
              'transformers"? Answer with JSON: {"topic": "...", "is_machine_learning": true or false}'}]
     out = llm.structured(msgs, Topic, max_tokens=64)
