@@ -293,6 +293,10 @@ class LocalServer:
         from .models import resolve_model
 
         self.path = resolve_model(model) if model != "" else ""
+        self._process(port, log_path)
+
+    def _process(self, port: int | None, log_path: str | Path | None) -> None:
+        """The state of the server process every engine has: its port, log and (once started) process."""
         self.port = port or _free_port()
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
@@ -365,17 +369,17 @@ class LlamaCppServer(LocalServer):
             raise ImportError(f"llama.cpp's server is not installed; run {LLAMACPP_EXTRA}")
         self.model = model or DEFAULT_MODEL
         self.gguf = gguf_file(self.model)
-        self.port = port or _free_port()
-        self.log_path = log_path
         self.n_ctx = n_ctx
         self.threads = threads or os.cpu_count() or 1
-        self.proc = None
-        self._log = None
+        self._process(port, log_path)
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--model_alias", self.model,
                 "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                 "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads)]
+
+
+SERVER_ENGINES: dict[str, type[LocalServer]] = {"transformers": LocalServer, "llamacpp": LlamaCppServer}
 
 
 @contextlib.contextmanager
@@ -385,10 +389,9 @@ def local_server(model: str | None = None, port: int | None = None, startup_time
     yields that base URL. ``engine``: ``transformers`` (``transformers serve``) or ``llamacpp``
     (``LlamaCppServer``, a packaged model's GGUF; ``kwargs``: ``n_ctx``, ``threads``). The server's output
     goes to ``log_path`` (default: discarded)."""
-    if engine not in ("transformers", "llamacpp"):
-        raise ValueError(f"unknown server engine {engine!r}: transformers or llamacpp")
-    server = (LlamaCppServer(model, port, log_path, **kwargs) if engine == "llamacpp"
-              else LocalServer(model, port, log_path))
+    if engine not in SERVER_ENGINES:
+        raise ValueError(f"unknown server engine {engine!r}: {' or '.join(SERVER_ENGINES)}")
+    server = SERVER_ENGINES[engine](model, port, log_path, **kwargs)
     try:
         yield server.start(startup_timeout)
     finally:
@@ -687,7 +690,7 @@ def main(argv: list[str] | None = None) -> None:
     s = sub.add_parser("serve")
     s.add_argument("--endpoint", default=None)
     s.add_argument("--port", type=int, default=8321)
-    s.add_argument("--engine", choices=("transformers", "llamacpp"), default="transformers",
+    s.add_argument("--engine", choices=tuple(SERVER_ENGINES), default="transformers",
                    help="transformers serve (every local model), or llama.cpp's server (one packaged model's GGUF)")
     s.add_argument("--model", default=None, help="llamacpp: the packaged model (default qwen2.5-coder-0.5b-instruct)")
     s.add_argument("--n-ctx", type=int, default=8192, help="llamacpp: the context window in tokens")
