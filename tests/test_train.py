@@ -184,10 +184,15 @@ def test_one_grpo_step_and_a_resume_with_the_packaged_model(built_index, papers,
     # evaluated on a query file it never saw, with the prompt, tool view and budgets it was trained with
     unseen = write_jsonl(tmp_path / "unseen.jsonl", [
         {"qid": "u0", "query": "message passing for molecules", "gold_in_corpus": [papers[0].arxiv_id]}])
-    evaluate_main(["--policy", f"run:{kept}", "--queries", str(unseen), "--split", "all", "--index",
+    # next to its base model, which gets the run's view too (one table, the same queries and budgets)
+    evaluate_main(["--policy", f"run:{kept}", "--policy", f"local:{cfg.model}", "--view", str(kept),
+                   "--queries", str(unseen), "--split", "all", "--index",
                    str(built_index.folder), "--out", str(tmp_path / "eval"), "--name", "kept"])
     result = json.loads((tmp_path / "eval" / "kept.json").read_text())
-    assert result["bench"]["episodes"] == 1 and result["bench"]["split"] == "all"
+    assert result["bench"]["episodes"] == 2 and result["bench"]["split"] == "all"
+    assert [r["method"] for r in result["table"]][:2] == ["run:run", f"local:{cfg.model}"]
+    assert result["bench"]["budgets"]["max_tokens"] == cfg.max_completion_length
+    assert result["bench"]["view"] == f"run:{kept}"
 
 
 def test_tool_calls_written_as_bare_or_fenced_json_are_read_during_training():

@@ -226,7 +226,8 @@ def check_policy(policy, chosen_by: str = "the policy name") -> None:
 
 def run_view(policy_spec: str) -> dict:
     """For ``run:<run>``: the system prompt, user message, tool view and budgets the run was trained with (its rollouts'
-    turns and completion length), so that a trained policy is evaluated as it was trained; {} otherwise."""
+    turns and completion length), so that a trained policy is evaluated as it was trained; {} otherwise.
+    ``index_spec`` and ``embedder`` name the index its rollouts searched (``index.open_index_spec``)."""
     from .agent import find_run_folder
     from .train import TrainConfig, rollout_view
 
@@ -236,7 +237,7 @@ def run_view(policy_spec: str) -> dict:
     from pathlib import Path
 
     cfg = TrainConfig.model_validate_json((Path(find_run_folder(rest)) / "config.json").read_text())
-    return rollout_view(cfg)
+    return rollout_view(cfg) | {"index_spec": cfg.index, "embedder": cfg.embedder}
 
 
 def eval_queries(path: str | None = None, split: str | None = None, limit: int | None = None):
@@ -356,15 +357,22 @@ def throughput_line(bench: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     import argparse
+    import dataclasses
     import time
     from pathlib import Path
 
     from . import config
     from .files import atomic_write_json, atomic_write_text
-    from .index import open_index
+    from .index import open_index_spec
 
-    ap = argparse.ArgumentParser(prog="python -m arxivqa.evaluate", description="Evaluate a policy against one-shot baselines.")
-    ap.add_argument("--policy", default="local", help="local[:<model>], run:<training run folder> or openai:<model>[@<base_url>]")
+    ap = argparse.ArgumentParser(prog="python -m arxivqa.evaluate",
+                                 description="Evaluate policies against one-shot baselines on the same queries.")
+    ap.add_argument("--policy", action="append", default=None,
+                    help="local[:<model>], run:<training run folder> or openai:<model>[@<base_url>]; repeat it to put "
+                         "several policies in one table (default: local)")
+    ap.add_argument("--view", default=None,
+                    help="a training run whose system prompt, user message, tool view, budgets and index every policy "
+                         "gets (default: the first run: policy's own), so that a base model is compared on its run's terms")
     ap.add_argument("--queries", default=None, help="query file in the queries_train.jsonl format (default: the train file)")
     ap.add_argument("--split", choices=("dev", "train", "all"), default="dev",
                     help="which part of the query file (the deterministic stratified split); 'all' for a held-out file")
@@ -379,42 +387,55 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--context-window", type=int, default=None,
                     help="the policy's context window in tokens (default: the setting context_window, else the model "
                          "config or what the server reports); 0: no trimming")
-    ap.add_argument("--index", default=None, help="index folder (default: the configured scale's index)")
+    ap.add_argument("--index", default=None,
+                    help="index folder, name or search-service URL (default: the run's index with its embedder, else "
+                         "the configured scale's index)")
     ap.add_argument("--name", default=None, help="output name (default: derived from the policy)")
     ap.add_argument("--out", default=None, help="folder (default: <results>/eval)")
     a = ap.parse_args(argv)
+    policies = a.policy or ["local"]
 
     queries = select_queries(a.queries, a.split, a.limit).queries
     if not queries:
         raise SystemExit("no query with a gold paper in the corpus to evaluate")
-    index = open_index(folder=a.index)
-    view = run_view(a.policy)  # a trained run: the prompt, tool view and budgets of its rollouts
+    # a trained run: the prompt, tool view, budgets and index of its rollouts
+    view_from = a.view and f"run:{a.view.removeprefix('run:')}"
+    view = run_view(view_from or next((p for p in policies if p.startswith("run:")), ""))
+    index = open_index_spec(a.index or view.get("index_spec"), embedder=view.get("embedder"))
     base = view.get("budgets") or Budgets()
     budgets = Budgets(*(given if given is not None else default for given, default in
                         zip((a.max_turns, a.max_tool_calls, a.max_tokens, a.max_new_tokens),
                             (base.max_turns, base.max_tool_calls, base.max_tokens, base.max_new_tokens))))
-    name = a.name or "".join(c if c.isalnum() or c in "-._" else "_" for c in a.policy)[:80]
+    name = a.name or "".join(c if c.isalnum() or c in "-._" else "_" for c in "+".join(policies))[:80]
     out = Path(a.out) if a.out else config.results_dir() / "eval"
 
     from .llm import EndpointUnreachable
 
-    t0 = time.perf_counter()
-    try:
-        trajs = run_agent_eval(a.policy, queries, index, a.concurrency, budgets, batch_size=a.batch,
-                               system_prompt=view.get("system_prompt"), env_kwargs=view.get("env_kwargs"),
-                               context_window=a.context_window, chosen_by="--policy",
-                               user_template=view.get("user_template"))
-    except EndpointUnreachable as exc:
-        raise SystemExit(f"error: {exc}") from None
-    wall = time.perf_counter() - t0
+    trajs, walls = [], {}
+    for spec in policies:
+        t0 = time.perf_counter()
+        try:
+            got = run_agent_eval(spec, queries, index, a.concurrency, budgets, batch_size=a.batch,
+                                 system_prompt=view.get("system_prompt"), env_kwargs=view.get("env_kwargs"),
+                                 context_window=a.context_window, chosen_by="--policy",
+                                 user_template=view.get("user_template"))
+        except EndpointUnreachable as exc:
+            raise SystemExit(f"error: {exc}") from None
+        walls[spec] = time.perf_counter() - t0
+        trajs += got
     save_trajectories(out / f"{name}.trajectories.jsonl", trajs)
-    per_query, table, by_diff, bench = evaluate_trajectories(trajs, index, queries, wall)
-    bench |= {"scale": config.scale(), "queries": a.queries or "queries_train.jsonl", "split": a.split}
+    per_query, table, by_diff, bench = evaluate_trajectories(trajs, index, queries, sum(walls.values()))
+    bench |= {"scale": config.scale(), "queries": a.queries or "queries_train.jsonl", "split": a.split,
+              "policies": policies, "view": view_from or (policies[0] if view else None),
+              "budgets": dataclasses.asdict(budgets), "embedder": view.get("embedder") or settings().embedder,
+              "episodes_per_minute_by_policy": {p: 60 * len(queries) / w for p, w in walls.items() if w}}
     atomic_write_json(out / f"{name}.json", {"table": table.to_dict(orient="records"),
                                              "by_difficulty": by_diff.to_dict(orient="records"), "bench": bench})
     atomic_write_text(out / f"{name}.per_query.csv", per_query.to_csv(index=False))
     failures = failure_line(trajs)
-    md = (f"# Evaluation: {trajs[0].policy} on {len(trajs)} {a.split} queries ({config.scale()} index)\n\n"
+    what = " vs ".join(dict.fromkeys(t.policy for t in trajs))
+    md = (f"# Evaluation: {what} on {len(queries)} {a.split} queries ({config.scale()} index"
+          + (f", the view of `{bench['view']}`" if bench["view"] else "") + ")\n\n"
           + (f"**{failures}**\n\n" if failures else "")
           + table.to_markdown(index=False, floatfmt=".3f") + "\n\n## Recall per difficulty\n\n"
           + by_diff.to_markdown(index=False, floatfmt=".3f") + "\n\n## Throughput\n\n"
