@@ -67,3 +67,36 @@ def test_a_failing_notebook_stops_the_demo_and_is_reported(tmp_path, monkeypatch
     assert len(stages) == 1 and not stages[0]["ok"] and "index missing" in stages[0]["log_tail"]
     text = report.write_report(results, [bad, nbs / "02_next.py"]).read_text()
     assert "| 01_bad | failed (exit 1) |" in text and "| 02_next | not run |" in text
+
+
+def test_the_report_says_what_each_stage_cannot_show_from_its_own_outputs(tmp_path):
+    import pandas as pd
+
+    results = tmp_path / "results"
+    results.mkdir()
+    # a training stage whose groups never had reward variance: no gradient, the adapter never moved
+    (results / "04_run.json").write_text(json.dumps({"config": {"reward": "rlvr", "max_steps": 100, "seed": 3},
+                                                     "steps_logged": 3}))
+    pd.DataFrame({"step": [1, 2, 3], "signal_share": [0.0, 0.0, 0.0], "lora_norm": [0.0, 0.0, 0.0]}).to_csv(
+        results / "04_trl_log.csv", index=False)
+    # a longer one with a signal
+    (results / "05_run.json").write_text(json.dumps({"config": {"reward": "rar", "max_steps": 150, "seed": 0},
+                                                     "judge_fallback_rate": 0.25}))
+    pd.DataFrame({"step": range(1, 151), "frac_reward_zero_std": [0.0, 1.0] * 75}).to_csv(
+        results / "05_rar_trl_log.csv", index=False)
+    # evaluations: a tiny one and one with intervals
+    pd.DataFrame({"method": ["a"], "n": [2], "recall@10 95% CI": ["[0.000, 0.600]"]}).to_csv(
+        results / "03_eval.csv", index=False)
+    pd.DataFrame({"method": ["a", "b"], "n": [56, 56], "recall@10 95% CI": ["[0.196, 0.377]", "[0.265, 0.447]"]}).to_csv(
+        results / "07_eval.csv", index=False)
+    four = " ".join(report.limits("04", results))
+    assert "3 GRPO steps of the 100 configured, one seed (3)" in four and "0 of 3 steps had reward variance" in four
+    assert "not learning" in four and "never moved" in four and "cannot show either" in four
+    five = " ".join(report.limits("05", results))
+    assert "75 of 150 steps had reward variance" in five and "not learning" not in five
+    assert "RaR finding" in five and "25% of the judge's verdicts fell back" in five
+    assert "too few for an interval" in " ".join(report.limits("03", results))
+    assert "56 queries; the widest recall@10 interval is 0.18 wide" in " ".join(report.limits("07", results))
+    assert report.limits("01", results) == []
+    text = report.write_report(results, [tmp_path / f"{p}_x.py" for p in ("03", "04")]).read_text()
+    assert "What this shows, and what it cannot at this scale" in text and "never moved" in text

@@ -17,6 +17,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -128,6 +129,84 @@ def _model_scale_seed(prefix: str, results: Path) -> str:
     return "-"
 
 
+SEED_PLATEAU_STEPS, SEED_COLLAPSE_STEPS = 100, 200  # where the seed reports RLVR's reward plateau and entropy collapse
+MIN_QUERIES_FOR_INTERVAL = 10  # below this a bootstrap interval over queries says little
+
+
+def _read_csv(path: Path):
+    import pandas as pd
+
+    return pd.read_csv(path) if path.exists() else None
+
+
+def _widest_interval(table) -> float | None:
+    """The widest 95 % interval of recall@10 in a table with a ``recall@10 95% CI`` column ("[lo, hi]")."""
+    if table is None or "recall@10 95% CI" not in table:
+        return None
+    widths = [float(hi) - float(lo) for lo, hi in
+              (str(c).strip("[]").split(",") for c in table["recall@10 95% CI"].dropna() if "," in str(c))]
+    return max(widths) if widths else None
+
+
+def limits(prefix: str, results: Path) -> list[str]:
+    """What a stage's outputs can and cannot show at the scale they were made, read from those outputs
+    (its ``NN_run.json``, training log and tables): steps against those configured and the seed's
+    landmarks, the share of steps with a reward signal, whether the adapter moved, one seed, the number
+    of evaluation queries and the widest interval, judge fallbacks. Empty when the stage wrote none."""
+    out: list[str] = []
+    run_path = results / f"{prefix}_run.json"
+    run = json.loads(run_path.read_text()) if run_path.exists() else {}
+    cfg = run.get("config") or {}
+    log = next((t for t in (_read_csv(p) for p in sorted(results.glob(f"{prefix}_*trl_log.csv"))) if t is not None), None)
+    if cfg and log is not None and "step" in log:
+        steps = int(run.get("steps_logged") or log["step"].max())
+        out.append(f"{steps} GRPO steps of the {cfg.get('max_steps')} configured, one seed ({cfg.get('seed')}): "
+                   "a difference between runs is within what another seed could give until it is shown on several.")
+        if "signal_share" in log:
+            signal = log.dropna(subset=["signal_share"])
+            with_signal = int((signal["signal_share"] > 0).sum())
+        elif "frac_reward_zero_std" in log:
+            signal = log.dropna(subset=["frac_reward_zero_std"])
+            with_signal = int((signal["frac_reward_zero_std"] < 1).sum())
+        else:
+            signal, with_signal = [], None
+        if with_signal is not None:
+            out.append(f"{with_signal} of {len(signal)} steps had reward variance within a group (a gradient)"
+                       + ("; with none, the curves are sampling noise of the starting policy, not learning."
+                          if with_signal == 0 else "."))
+        if "lora_norm" in log and log["lora_norm"].notna().any():
+            norm = float(log["lora_norm"].dropna().iloc[-1])
+            out.append(f"LoRA B norm after the last step: {norm:.3f}" + (" — the adapter never moved." if norm == 0 else "."))
+        if steps < SEED_COLLAPSE_STEPS and cfg.get("reward") == "rar":
+            out.append(f"The seed's RaR finding (rich multi-turn search kept where RLVR collapses, near step "
+                       f"{SEED_COLLAPSE_STEPS}) needs runs past that step; at {steps} steps this run cannot show it.")
+        elif steps < SEED_COLLAPSE_STEPS:
+            out.append(f"The seed reports RLVR's reward plateau near step {SEED_PLATEAU_STEPS} and its entropy collapse "
+                       f"near step {SEED_COLLAPSE_STEPS}; at {steps} steps this run "
+                       + ("cannot show either." if steps < SEED_PLATEAU_STEPS else "cannot show the collapse."))
+    rate = run.get("judge_fallback_rate", run.get("fallback_rate"))
+    if rate:
+        out.append(f"{rate:.0%} of the judge's verdicts fell back (no valid score): judge scores and their agreement "
+                   "rest on the rest.")
+    tables = [t for t in (_read_csv(p) for p in sorted(results.glob(f"{prefix}_*eval.csv"))) if t is not None]
+    sizes = [(int(t["n"].max()), _widest_interval(t)) for t in tables if "n" in t and len(t)]
+    tag = re.search(r"(\d+)$", str(run.get("queries", "")))
+    if not sizes and tag:  # a stage that names its query selection (``corpus.select_queries``'s tag) only
+        sizes = [(int(tag.group(1)), None)]
+    for n, width in sizes:
+        if n < MIN_QUERIES_FOR_INTERVAL:
+            out.append(f"Evaluated on {n} queries: too few for an interval — an anecdote, not a measurement.")
+        else:
+            out.append(f"Evaluated on {n} queries" + (f"; the widest recall@10 interval is {width:.2f} wide: differences "
+                                                     "smaller than that are not shown." if width is not None else "."))
+    if prefix == "02" and (results / "02_labelling.json").exists():
+        lab = json.loads((results / "02_labelling.json").read_text())
+        llm = lab.get("llm") or {}
+        out.append(f"The labeller ran on {lab.get('queries')} queries with {lab.get('model')}; {llm.get('parse_errors', 0)} "
+                   f"of {llm.get('requests', 0)} requests gave no readable answer.")
+    return out
+
+
 def write_report(results: Path | None = None, nbs: list[Path] | None = None) -> Path:
     results = results or config.results_dir()
     timing = json.loads((results / "demo_timing.json").read_text()) if (results / "demo_timing.json").exists() else {}
@@ -160,6 +239,10 @@ def write_report(results: Path | None = None, nbs: list[Path] | None = None) -> 
             return (" _(not written by the last run of this stage: kept from an earlier run)_"
                     if since is not None and path.stat().st_mtime < since - 1 else "")
 
+        caveats = limits(prefix, results)
+        if caveats:
+            lines += ["**What this shows, and what it cannot at this scale** (read from the outputs below):", ""]
+            lines += [f"- {c}" for c in caveats] + [""]
         if not tables and not figures:
             lines.append("_No tables or figures written yet._")
         for t in tables:
