@@ -13,6 +13,7 @@ def _():
 
     from arxivqa import config
     from arxivqa.config import settings
+    from arxivqa.evaluate import heldout_of_run
     from arxivqa.diagnostics import (DiagnosticsConfig, early_late, gold_by_tool, load_run, rediagnose, rollout_choices,
                                      rollout_detail, seed_verdict, signature_window)
     from arxivqa.files import atomic_write_json
@@ -24,7 +25,7 @@ def _():
                                same_run, train_or_load)
 
     return (DiagnosticsConfig, TrainConfig, atomic_write_json, build_for_scale, committed_runs, config, configured, early_late,
-            failure_mode_rates, find_run, find_runs, gold_by_tool, load_run, seed_verdict, mo, pd, read_run, rediagnose, rollout_choices, rollout_detail,
+            failure_mode_rates, find_run, find_runs, gold_by_tool, heldout_of_run, load_run, seed_verdict, mo, pd, read_run, rediagnose, rollout_choices, rollout_detail,
             run_options, same_run, save,
             save_table, settings, signature_window, step_time, tool_calls_per_rollout, train_or_load, training_curves,
             trajectory_markdown, typing)
@@ -237,6 +238,33 @@ def _(gold_by_tool, mo, run, save_table):
     mo.vstack([mo.md("## Which tool found the gold papers\nOver all rollouts of the run: the (rollout, gold paper) "
                      "pairs each search tool's results showed, and those only that tool showed."),
                mo.ui.table(by_tool, selection=None)])
+    return
+
+
+@app.cell
+def _(heldout_of_run, info, mo, plural, save_table):
+    # held out: the run's adapter next to its base model on dev queries (`python -m arxivqa.evaluate`, committed)
+    _found = heldout_of_run(info.name)
+    if _found:
+        _h = _found[0]
+        _cols = [c for c in ["method", "n", "recall@10", "recall@10 95% CI", "search_recall", "finished",
+                             "unreadable_share", "tool_calls", "distinct_tools", "turns", "tokens"] if c in _h["table"]]
+        heldout = _h["table"][_cols]
+        save_table(heldout, "04_heldout")
+        _b = _h["bench"]
+        _when = (f"its adapter after **{plural(_h['steps'], 'step')}**"
+                 + (f" (the run has {info.steps_done} now: evaluate it again for the latest)" if _h["steps"] != info.steps_done else "")
+                 if _h["steps"] is not None else "its adapter at an unrecorded step")
+        _out = mo.vstack([mo.md(f"""
+    ## Held out: the trained policy next to its base model
+    `results/eval/{_h['file']}`: {_when}, on {_b.get('episodes', 0) // max(1, len(_b.get('policies') or [1]))} `{_b.get('split')}`
+    queries of `{_b.get('queries')}` ({_b.get('scale')} index, embedder `{_b.get('embedder')}`), every policy with the run's
+    prompt, tool view and budgets, next to the one-shot baselines on the same queries (95 % bootstrap intervals).
+    """), mo.ui.table(heldout, selection=None)])
+    else:
+        _out = mo.md(f"_No held-out evaluation of `{info.name}` under `results/eval/` yet: `python -m arxivqa.evaluate "
+                     f"--policy local:<base model> --policy run:<run folder> --view <run folder>`._")
+    _out
     return
 
 

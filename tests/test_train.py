@@ -192,7 +192,12 @@ def test_one_grpo_step_and_a_resume_with_the_packaged_model(built_index, papers,
     assert result["bench"]["episodes"] == 2 and result["bench"]["split"] == "all"
     assert [r["method"] for r in result["table"]][:2] == ["run:run", f"local:{cfg.model}"]
     assert result["bench"]["budgets"]["max_tokens"] == cfg.max_completion_length
-    assert result["bench"]["view"] == f"run:{kept}"
+    assert result["bench"]["view"] == f"run:{kept}" and result["bench"]["run_steps"] == {f"run:{kept}": 2}
+    from arxivqa.evaluate import heldout_of_run
+
+    (found,) = heldout_of_run("run", tmp_path / "eval")  # what notebook 04 shows of the run held out
+    assert found["steps"] == 2 and list(found["table"]["method"])[:2] == ["run:run", f"local:{cfg.model}"]
+    assert heldout_of_run("another-run", tmp_path / "eval") == []
 
 
 def test_tool_calls_written_as_bare_or_fenced_json_are_read_during_training():

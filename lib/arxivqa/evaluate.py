@@ -240,6 +240,41 @@ def run_view(policy_spec: str) -> dict:
     return rollout_view(cfg) | {"index_spec": cfg.index, "embedder": cfg.embedder}
 
 
+def run_steps(policies: Sequence[str]) -> dict[str, int]:
+    """The GRPO steps of each ``run:`` policy's adapter when it is evaluated (a run may train on later)."""
+    from .agent import find_run_folder
+    from .train import read_run
+
+    return {p: read_run(find_run_folder(p.partition(":")[2])).steps_done for p in policies if p.startswith("run:")}
+
+
+def heldout_of_run(run_name: str, folder=None) -> list[dict]:
+    """The evaluations under ``folder`` (default ``<results>/eval``) that include the run ``run_name``
+    (``python -m arxivqa.evaluate --policy run:<run> ...``), newest first: each its file name, table,
+    bench and the run's steps at the time (``run_steps``; None for evaluations written before it)."""
+    import json
+    from pathlib import Path
+
+    from . import config
+
+    folder = Path(folder) if folder else config.results_dir() / "eval"
+    found = []
+    for path in sorted(folder.glob("*.json"), key=lambda p: -p.stat().st_mtime) if folder.is_dir() else []:
+        if path.name.endswith(".meta.json"):
+            continue
+        try:
+            report = json.loads(path.read_text())
+        except (ValueError, OSError):
+            continue
+        bench = report.get("bench") or {}
+        specs = [p for p in bench.get("policies") or [bench.get("policy") or ""] if p.startswith("run:")]
+        mine = [p for p in specs if policy_key(p) == policy_key(f"run:{run_name}")]
+        if mine and report.get("table"):
+            found.append({"file": path.name, "table": pd.DataFrame(report["table"]), "bench": bench,
+                          "steps": (bench.get("run_steps") or {}).get(mine[0])})
+    return found
+
+
 def eval_queries(path: str | None = None, split: str | None = None, limit: int | None = None):
     """The held-out queries of notebooks 06/07 (``corpus.select_queries``): the settings
     ``eval_queries_file`` (default the train file), ``eval_split`` (default dev) and ``eval_limit``, each
@@ -428,7 +463,8 @@ def main(argv: list[str] | None = None) -> None:
     bench |= {"scale": config.scale(), "queries": a.queries or "queries_train.jsonl", "split": a.split,
               "policies": policies, "view": view_from or (policies[0] if view else None),
               "budgets": dataclasses.asdict(budgets), "embedder": view.get("embedder") or settings().embedder,
-              "episodes_per_minute_by_policy": {p: 60 * len(queries) / w for p, w in walls.items() if w}}
+              "episodes_per_minute_by_policy": {p: 60 * len(queries) / w for p, w in walls.items() if w},
+              "run_steps": run_steps(policies)}
     atomic_write_json(out / f"{name}.json", {"table": table.to_dict(orient="records"),
                                              "by_difficulty": by_diff.to_dict(orient="records"), "bench": bench})
     atomic_write_text(out / f"{name}.per_query.csv", per_query.to_csv(index=False))
