@@ -21,11 +21,12 @@ def _():
     from arxivqa.plots import (failure_mode_rates, save, save_table, step_time, tool_calls_per_rollout,
                                training_curves)
     from arxivqa.records import trajectory_markdown
+    from arxivqa.report import limits_markdown
     from arxivqa.train import (TrainConfig, committed_runs, configured, find_run, find_runs, read_run, run_options,
                                same_run, train_or_load)
 
     return (DiagnosticsConfig, TrainConfig, atomic_write_json, build_for_scale, committed_runs, config, configured, early_late,
-            failure_mode_rates, find_run, find_runs, gold_by_tool, heldout_of_run, load_run, seed_verdict, mo, pd, read_run, rediagnose, rollout_choices, rollout_detail,
+            failure_mode_rates, find_run, find_runs, gold_by_tool, heldout_of_run, limits_markdown, load_run, seed_verdict, mo, pd, read_run, rediagnose, rollout_choices, rollout_detail,
             run_options, same_run, save,
             save_table, settings, signature_window, step_time, tool_calls_per_rollout, train_or_load, training_curves,
             trajectory_markdown, typing)
@@ -109,7 +110,7 @@ def _(committed, find_runs, mo, run_options, same_run, trained):
 
 
 @app.cell
-def _(atomic_write_json, config, load_run, mo, plural, run_pick, same_run, save_table, trained):
+def _(atomic_write_json, config, limits_markdown, load_run, mo, plural, run_pick, same_run, save_table, trained):
     info = run_pick.value
     run_cfg = info.config
     run = load_run(info.path)
@@ -128,14 +129,14 @@ def _(atomic_write_json, config, load_run, mo, plural, run_pick, same_run, save_
     rollouts_per_step = run_cfg.prompts_per_step * run_cfg.num_generations
     _steps_note = (f" {plural(info.steps_done, 'step')} cannot reach the seed's step 100: read the curves as the start of the "
                    "dynamics, not its end." if info.steps_done < 100 else "")
-    mo.md(f"""
+    mo.vstack([mo.md(f"""
     ## The run
     `{info.name}`: **{run_cfg.model}**, preset `{run_cfg.preset}`, **{plural(info.steps_done, 'step')}** logged (of {run_cfg.max_steps} configured),
     {run_cfg.prompts_per_step} prompt(s) × {run_cfg.num_generations} rollouts = **{rollouts_per_step} rollouts per step**
     ({len(run['rollouts'])} in all), LoRA r {run_cfg.lora_r}, learning rate {run_cfg.learning_rate:g},
     **{run_cfg.max_completion_length} completion tokens** per rollout (tool output included),
     **{run_cfg.max_tool_calling_iterations} tool rounds**, curriculum `{run_cfg.curriculum}`, seed {run_cfg.seed}.{_steps_note}
-    """)
+    """), mo.md(limits_markdown("04"))])
     return info, rollouts_per_step, run, run_cfg, step_seconds
 
 

@@ -111,10 +111,13 @@ def _(Path, atomic_write_json, config, load_run, mo, rar_pick, rar_trained, rlvr
                        "train_seconds_this_session": rar_trained["seconds"] if _this_session else 0.0,
                        "total_step_seconds": float(rar["timing"]["total"].sum()) if len(rar["timing"]) else None})
     _steps = rar["rollouts"]["step"].nunique() if len(rar["rollouts"]) else 0
+    from arxivqa.report import limits_markdown as _limits
+
     mo.md(f"RaR run `{rar_info.name}` ({rar_info.label()}, {s.scale} index): {len(rar['rollouts'])} rollouts over "
           f"{_steps} step{'' if _steps == 1 else 's'}; judge fallbacks (failed judgments replaced by the batch mean): **{_fallback_rate:.1%}** of "
           "rollouts. " + (f"RLVR run `{rlvr_info.name}` ({rlvr_info.label()})." if rlvr_info is not None else
-                          "_No RLVR run selected: run notebook 04 with the same settings, or pick one above._"))
+                          "_No RLVR run selected: run notebook 04 with the same settings, or pick one above._")
+          + "\n\n" + _limits("05"))
     return rar, rar_info, rlvr, rlvr_info
 
 

@@ -164,9 +164,11 @@ def _(atomic_write_json, config, corr, eval_judges, judge_stats, labels, mo, qta
                        "judges": judge_stats, "fallback_rate": float(scores["fallback"].mean()) if len(scores) else None,
                        "correlation": corr.to_dict(orient="records")})
     _fb = scores.groupby("eval_judge")["fallback"].mean()
+    from arxivqa.report import limits_markdown as _limits
+
     mo.md("Failed judgments (explicit fallbacks, left out of every mean): "
           + (", ".join(f"{j} {v:.0%}" for j, v in _fb.items()) or "none") + ". Each policy: "
-          + "; ".join(f"**{n}** = {lab}" for n, lab in labels.items()))
+          + "; ".join(f"**{n}** = {lab}" for n, lab in labels.items()) + "\n\n" + _limits("06"))
     return
 
 

@@ -172,8 +172,11 @@ def _(atomic_write_json, caption, config, judged, labels, mo, per_query, plots, 
     atomic_write_json(config.results_dir() / "07_run.json",
                       {"queries": qtag, "policies": table["method"].tolist(), "labels": labels,
                        "judge_fallback_rate": float(judged["fallback"].mean()) if len(judged) else None})
+    from arxivqa.report import limits_markdown as _limits
+
     mo.vstack([mo.md(f"## Every policy on `{qtag}` (means; 95 % bootstrap intervals over queries)"),
-               mo.ui.table(table, selection=None), _fig] + ([_fig2] if _fig2 is not None else []))
+               mo.ui.table(table, selection=None), _fig] + ([_fig2] if _fig2 is not None else [])
+              + [mo.md(_limits("07"))])
     return
 
 

@@ -188,7 +188,8 @@ def limits(prefix: str, results: Path) -> list[str]:
     if rate:
         out.append(f"{rate:.0%} of the judge's verdicts fell back (no valid score): judge scores and their agreement "
                    "rest on the rest.")
-    tables = [t for t in (_read_csv(p) for p in sorted(results.glob(f"{prefix}_*eval.csv"))) if t is not None]
+    tables = [t for pattern in ("eval", "heldout") for t in
+              (_read_csv(p) for p in sorted(results.glob(f"{prefix}_*{pattern}.csv"))) if t is not None]
     sizes = [(int(t["n"].max()), _widest_interval(t)) for t in tables if "n" in t and len(t)]
     tag = re.search(r"(\d+)$", str(run.get("queries", "")))
     if not sizes and tag:  # a stage that names its query selection (``corpus.select_queries``'s tag) only
@@ -205,6 +206,15 @@ def limits(prefix: str, results: Path) -> list[str]:
         out.append(f"The labeller ran on {lab.get('queries')} queries with {lab.get('model')}; {llm.get('parse_errors', 0)} "
                    f"of {llm.get('requests', 0)} requests gave no readable answer.")
     return out
+
+
+LIMITS_TITLE = "What this shows, and what it cannot at this scale"
+
+
+def limits_markdown(prefix: str, results: Path | None = None) -> str:
+    """``limits`` as the markdown a notebook shows under its results and REPORT.md repeats ("" if none)."""
+    lines = limits(prefix, results or config.results_dir())
+    return (f"**{LIMITS_TITLE}** (read from this stage's outputs):\n\n" + "\n".join(f"- {x}" for x in lines)) if lines else ""
 
 
 def write_report(results: Path | None = None, nbs: list[Path] | None = None) -> Path:
@@ -239,10 +249,9 @@ def write_report(results: Path | None = None, nbs: list[Path] | None = None) -> 
             return (" _(not written by the last run of this stage: kept from an earlier run)_"
                     if since is not None and path.stat().st_mtime < since - 1 else "")
 
-        caveats = limits(prefix, results)
+        caveats = limits_markdown(prefix, results)
         if caveats:
-            lines += ["**What this shows, and what it cannot at this scale** (read from the outputs below):", ""]
-            lines += [f"- {c}" for c in caveats] + [""]
+            lines += [caveats, ""]
         if not tables and not figures:
             lines.append("_No tables or figures written yet._")
         for t in tables:
