@@ -243,14 +243,22 @@ def _(gold_by_tool, mo, run, save_table):
 
 
 @app.cell
-def _(heldout_of_run, info, mo, plural, save_table):
+def _(heldout_of_run, info, mo, pd, plural, save_table):
     # held out: the run's adapter next to its base model on dev queries (`python -m arxivqa.evaluate`, committed)
     _found = heldout_of_run(info.name)
     if _found:
         _h = _found[0]
-        _cols = [c for c in ["method", "n", "recall@10", "recall@10 95% CI", "search_recall", "finished",
-                             "unreadable_share", "tool_calls", "distinct_tools", "turns", "tokens"] if c in _h["table"]]
-        heldout = _h["table"][_cols]
+        # the newest evaluation's rows, then the agent rows of earlier ones (an earlier adapter, its base model)
+        _rows = [_h["table"].assign(evaluation=_h["file"], steps=[_h["steps"] if str(m).startswith("run:") else None
+                                                                  for m in _h["table"]["method"]])]
+        for _e in _found[1:]:
+            _agents = _e["table"][~_e["table"]["method"].str.startswith("one-shot")]
+            _rows.append(_agents.assign(evaluation=_e["file"], steps=[_e["steps"] if str(m).startswith("run:") else None
+                                                                      for m in _agents["method"]]))
+        _all = pd.concat(_rows, ignore_index=True)
+        _cols = [c for c in ["method", "steps", "evaluation", "n", "recall@10", "recall@10 95% CI", "search_recall",
+                             "finished", "unreadable_share", "tool_calls", "distinct_tools", "turns", "tokens"] if c in _all]
+        heldout = _all[_cols]
         save_table(heldout, "04_heldout")
         _b = _h["bench"]
         _when = (f"its adapter after **{plural(_h['steps'], 'step')}**"
@@ -260,7 +268,8 @@ def _(heldout_of_run, info, mo, plural, save_table):
     ## Held out: the trained policy next to its base model
     `results/eval/{_h['file']}`: {_when}, on {_b.get('episodes', 0) // max(1, len(_b.get('policies') or [1]))} `{_b.get('split')}`
     queries of `{_b.get('queries')}` ({_b.get('scale')} index, embedder `{_b.get('embedder')}`), every policy with the run's
-    prompt, tool view and budgets, next to the one-shot baselines on the same queries (95 % bootstrap intervals).
+    prompt, tool view and budgets, next to the one-shot baselines on the same queries (95 % bootstrap intervals);
+    below them the agents of earlier evaluations of this run ({len(_found) - 1}), with the steps of the adapter they saw.
     """), mo.ui.table(heldout, selection=None)])
     else:
         _out = mo.md(f"_No held-out evaluation of `{info.name}` under `results/eval/` yet: `python -m arxivqa.evaluate "
