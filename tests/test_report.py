@@ -98,5 +98,7 @@ def test_the_report_says_what_each_stage_cannot_show_from_its_own_outputs(tmp_pa
     assert "too few for an interval" in " ".join(report.limits("03", results))
     assert "56 queries; the widest recall@10 interval is 0.18 wide" in " ".join(report.limits("07", results))
     assert report.limits("01", results) == []
+    (results / "06_run.json").write_text(json.dumps({"fallback_rate": float("nan"), "queries": "queries_train-dev3"}))
+    assert report.limits("06", results) == ["Evaluated on 3 queries: too few for an interval — an anecdote, not a measurement."]
     text = report.write_report(results, [tmp_path / f"{p}_x.py" for p in ("03", "04")]).read_text()
     assert "What this shows, and what it cannot at this scale" in text and "never moved" in text

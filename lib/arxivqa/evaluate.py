@@ -434,8 +434,8 @@ def main(argv: list[str] | None = None) -> None:
     if not queries:
         raise SystemExit("no query with a gold paper in the corpus to evaluate")
     # a trained run: the prompt, tool view, budgets and index of its rollouts
-    view_from = a.view and f"run:{a.view.removeprefix('run:')}"
-    view = run_view(view_from or next((p for p in policies if p.startswith("run:")), ""))
+    view_from = (a.view and f"run:{a.view.removeprefix('run:')}") or next((p for p in policies if p.startswith("run:")), None)
+    view = run_view(view_from or "")
     index = open_index_spec(a.index or view.get("index_spec"), embedder=view.get("embedder"))
     base = view.get("budgets") or Budgets()
     budgets = Budgets(*(given if given is not None else default for given, default in
@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None) -> None:
     save_trajectories(out / f"{name}.trajectories.jsonl", trajs)
     per_query, table, by_diff, bench = evaluate_trajectories(trajs, index, queries, sum(walls.values()))
     bench |= {"scale": config.scale(), "queries": a.queries or "queries_train.jsonl", "split": a.split,
-              "policies": policies, "view": view_from or (policies[0] if view else None),
+              "policies": policies, "view": view_from,
               "budgets": dataclasses.asdict(budgets), "embedder": view.get("embedder") or settings().embedder,
               "episodes_per_minute_by_policy": {p: 60 * len(queries) / w for p, w in walls.items() if w},
               "run_steps": run_steps(policies)}

@@ -185,7 +185,7 @@ def limits(prefix: str, results: Path) -> list[str]:
                        f"near step {SEED_COLLAPSE_STEPS}; at {steps} steps this run "
                        + ("cannot show either." if steps < SEED_PLATEAU_STEPS else "cannot show the collapse."))
     rate = run.get("judge_fallback_rate", run.get("fallback_rate"))
-    if rate:
+    if rate and rate == rate:  # none, 0 or NaN (no judgments) say nothing
         out.append(f"{rate:.0%} of the judge's verdicts fell back (no valid score): judge scores and their agreement "
                    "rest on the rest.")
     tables = [t for pattern in ("eval", "heldout") for t in
