@@ -249,12 +249,11 @@ def _(heldout_of_run, info, mo, pd, plural, save_table):
     if _found:
         _h = _found[0]
         # the newest evaluation's rows, then the agent rows of earlier ones (an earlier adapter, its base model)
-        _rows = [_h["table"].assign(evaluation=_h["file"], steps=[_h["steps"] if str(m).startswith("run:") else None
-                                                                  for m in _h["table"]["method"]])]
-        for _e in _found[1:]:
-            _agents = _e["table"][~_e["table"]["method"].str.startswith("one-shot")]
-            _rows.append(_agents.assign(evaluation=_e["file"], steps=[_e["steps"] if str(m).startswith("run:") else None
-                                                                      for m in _agents["method"]]))
+        _rows = []
+        for _i, _e in enumerate(_found):
+            _t = _e["table"] if _i == 0 else _e["table"][~_e["table"]["method"].str.startswith("one-shot")]
+            _rows.append(_t.assign(evaluation=_e["file"],
+                                   steps=[_e["steps"] if str(m).startswith("run:") else None for m in _t["method"]]))
         _all = pd.concat(_rows, ignore_index=True)
         _cols = [c for c in ["method", "steps", "evaluation", "n", "recall@10", "recall@10 95% CI", "search_recall",
                              "finished", "unreadable_share", "tool_calls", "distinct_tools", "turns", "tokens"] if c in _all]
