@@ -123,7 +123,7 @@ def _(atomic_write_json, config, limits_markdown, load_run, mo, plural, run_pick
     _this_session = same_run(info, trained["path"])
     atomic_write_json(config.results_dir() / "04_run.json",
                       {"run": info.name, "label": info.label(), "config": run["config"],
-                       "steps_logged": info.steps_done, "rollouts": len(run["rollouts"]),
+                       "steps_logged": info.steps_done, "rollouts": len(run["rollouts"]), "revivals": info.revivals,
                        "train_seconds_this_session": trained["seconds"] if _this_session else 0.0,
                        "total_step_seconds": float(_t["total"].sum()) if len(_t) else None})
     rollouts_per_step = run_cfg.prompts_per_step * run_cfg.num_generations

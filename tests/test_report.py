@@ -81,7 +81,9 @@ def test_the_report_says_what_each_stage_cannot_show_from_its_own_outputs(tmp_pa
         results / "04_trl_log.csv", index=False)
     # a longer one with a signal
     (results / "05_run.json").write_text(json.dumps({"config": {"reward": "rar", "max_steps": 150, "seed": 0},
-                                                     "judge_fallback_rate": 0.25}))
+                                                     "judge_fallback_rate": 0.25,
+                                                     "revivals": [{"step": 70, "reset": ["Adam moment estimates"],
+                                                                   "kept": ["query order"]}]}))
     pd.DataFrame({"step": range(1, 151), "frac_reward_zero_std": [0.0, 1.0] * 75}).to_csv(
         results / "05_rar_trl_log.csv", index=False)
     # evaluations: a tiny one and one with intervals
@@ -95,6 +97,7 @@ def test_the_report_says_what_each_stage_cannot_show_from_its_own_outputs(tmp_pa
     five = " ".join(report.limits("05", results))
     assert "75 of 150 steps had reward variance" in five and "not learning" not in five
     assert "RaR finding" in five and "25% of the judge's verdicts fell back" in five
+    assert "Continued at step 70" in five and "Adam moment estimates restarted" in five and "Continued" not in four
     assert "too few for an interval" in " ".join(report.limits("03", results))
     assert "56 queries; the widest recall@10 interval is 0.18 wide" in " ".join(report.limits("07", results))
     assert report.limits("01", results) == []

@@ -303,8 +303,56 @@ def test_gradient_accumulation_slices_the_update_not_the_step(tiny_qwen, built_i
     assert norms[2] == pytest.approx(norms[1], rel=1e-4) and norms[1] > 0  # the same gradient, not only the same Adam step
     moved = [k for k in adapters[1] if "lora_B" in k and adapters[1][k].abs().sum() > 0]
     assert moved
+    # Adam's first step is about lr * sign(grad): an element whose gradient is near Adam's eps moves by a
+    # fraction of lr that float summation order changes, so the adapters agree to 1% of lr, not to 1e-6
+    # (a different update would differ by the order of lr = 1e-2)
     for k in adapters[1]:
-        torch.testing.assert_close(adapters[2][k], adapters[1][k], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(adapters[2][k], adapters[1][k], rtol=1e-3, atol=1e-4)
     assert run_identity(cfg) == run_identity(cfg.model_copy(update={"gradient_accumulation_steps": 1}))
     with pytest.raises(ValueError, match="gradient_accumulation_steps=3"):
         grpo_args(cfg.model_copy(update={"gradient_accumulation_steps": 3}), tmp_path)
+
+
+def test_an_unfinished_run_kept_in_the_repository_continues_where_it_stopped(tiny_qwen, built_index, papers, tmp_path):
+    """A run exported unfinished (logs and its last checkpoint's adapter) is made resumable on a fresh
+    machine: it continues at the next step with the queries a run never interrupted trains on, and the
+    learning rate continues its decay instead of starting again."""
+    import shutil
+
+    from arxivqa.train import export_run, read_run, revive_run
+
+    qfile = write_jsonl(tmp_path / "q.jsonl", [
+        {"qid": f"t{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id], "difficulty": "easy"}
+        for i, p in enumerate(papers[:3])])
+    cfg = preset("cpu-demo", model=tiny_qwen, queries=str(qfile), split="all", max_steps=3, num_generations=2,
+                 max_completion_length=16, max_tool_calling_iterations=1, save_steps=1, lora_r=2, threads=1,
+                 tensorboard=False, dtype="float32", learning_rate=1e-3)
+    straight = tmp_path / "straight"
+    train(cfg, straight, index=built_index)
+    # the same run stopped after step 1 (its config still says 3 steps) and kept in the repository
+    stopped = tmp_path / "stopped"
+    train(cfg.model_copy(update={"max_steps": 1}), stopped, index=built_index)
+    shutil.rmtree(stopped / "final")
+    (stopped / "config.json").write_text(json.dumps(cfg.model_dump(mode="json")))
+    kept = export_run(stopped, tmp_path / "committed" / "stopped")
+    assert not read_run(kept).finished and (kept / "checkpoint-1" / "adapter_model.safetensors").exists()
+    with pytest.raises(ValueError, match="nothing to continue"):
+        revive_run(tmp_path / "straight", tmp_path / "nowhere")
+    out = revive_run(kept, tmp_path / "fresh-machine" / "stopped")
+    with pytest.raises(ValueError, match="not empty"):
+        revive_run(kept, out)
+    train(cfg, out, resume=True, index=built_index)
+    assert read_run(out).finished and read_run(out).steps_done == 3
+
+    def queries(run):
+        return [(r["step"], r["trajectory"]["qid"]) for r in load_rollouts(run / "rollouts.jsonl")]
+
+    assert queries(out) == queries(straight)  # step 1 kept, steps 2-3 the queries of the uninterrupted run
+
+    def rates(run):
+        return {m["step"]: m["learning_rate"] for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+                if "learning_rate" in m}
+
+    assert rates(out) == pytest.approx(rates(straight)) and rates(out)[2] < rates(out)[1]
+    revived = json.loads((export_run(out, tmp_path / "committed" / "again") / "revived.json").read_text())
+    assert [r["step"] for r in revived["revivals"]] == [1] and "Adam moment estimates" in revived["revivals"][0]["reset"]

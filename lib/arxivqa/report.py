@@ -177,6 +177,10 @@ def limits(prefix: str, results: Path) -> list[str]:
         if "lora_norm" in log and log["lora_norm"].notna().any():
             norm = float(log["lora_norm"].dropna().iloc[-1])
             out.append(f"LoRA B norm after the last step: {norm:.3f}" + (" — the adapter never moved." if norm == 0 else "."))
+        for r in run.get("revivals") or []:
+            out.append(f"Continued at step {r['step']} on a fresh machine from the adapter kept in the repository "
+                       f"({r.get('adapter', 'as exported')}): {' and '.join(r.get('reset', []))} restarted there, "
+                       f"{' and '.join(r.get('kept', []))} continued; a run never interrupted could differ after it.")
         if steps < SEED_COLLAPSE_STEPS and cfg.get("reward") == "rar":
             out.append(f"The seed's RaR finding (rich multi-turn search kept where RLVR collapses, near step "
                        f"{SEED_COLLAPSE_STEPS}) needs runs past that step; at {steps} steps this run cannot show it.")

@@ -44,6 +44,7 @@ import functools
 import json
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -697,12 +698,14 @@ _NOT_IDENTITY = frozenset({"threads", "save_steps", "preset", "tensorboard",
 
 
 class RunInfo(BaseModel):
-    """A run folder and what it is: its config, whether it finished, how many steps it logged."""
+    """A run folder and what it is: its config, whether it finished, how many steps it logged, and where it
+    was continued on another machine from the adapter kept in the repository (``revive_run``)."""
 
     path: Path
     config: TrainConfig
     finished: bool
     steps_done: int
+    revivals: list[dict] = []
 
     @property
     def name(self) -> str:
@@ -750,7 +753,9 @@ def read_run(path: str | Path) -> RunInfo:
     steps = 0
     if (path / "metrics.jsonl").exists():
         steps = max((int(r.get("step", 0)) for r in load_rollouts(path / "metrics.jsonl")), default=0)
-    return RunInfo(path=path, config=cfg, finished=(path / "final" / "adapter_config.json").exists(), steps_done=steps)
+    revived = json.loads((path / "revived.json").read_text())["revivals"] if (path / "revived.json").exists() else []
+    return RunInfo(path=path, config=cfg, finished=(path / "final" / "adapter_config.json").exists(), steps_done=steps,
+                   revivals=revived)
 
 
 def list_runs(roots: Sequence[str | Path] | None = None) -> list[RunInfo]:
@@ -881,7 +886,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
     set_library_default("TRL_EXPERIMENTAL_SILENCE", "1")
     common = dict(reward_funcs=[make_reward_func(cfg, log, clock, scorer)], args=args,
                   train_dataset=build_dataset(queries, prompt_for(cfg), cfg.user_template), environment_factory=env_factory,
-                  callbacks=_callbacks(out, clock, cfg.tensorboard))
+                  callbacks=_callbacks(out, clock, cfg.tensorboard) + _resume_schedule(ckpt))
     if cfg.gpu and cfg.unsloth:
         trainer = GRPOTrainer(model=model, processing_class=tokenizer, **common)
     else:
@@ -898,7 +903,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
     return trainer
 
 
-RUN_FILES = ("config.json", "metrics.jsonl", "rollouts.jsonl", "timing.jsonl", "queries.json")
+RUN_FILES = ("config.json", "metrics.jsonl", "rollouts.jsonl", "timing.jsonl", "queries.json", "revived.json")
 
 
 def export_run(src: str | Path, dst: str | Path | None = None, max_adapter_mb: float = 10.0) -> Path:
@@ -947,6 +952,71 @@ def export_run(src: str | Path, dst: str | Path | None = None, max_adapter_mb: f
     return dst
 
 
+def revive_run(src: str | Path, out: str | Path) -> Path:
+    """An unfinished run kept in the repository (``export_run`` keeps its last checkpoint's adapter and its
+    logs up to it) made resumable in ``out``: the logs copied, and ``checkpoint-N`` rebuilt from the kept
+    adapter with the trainer state TRL's logs give (global step, log history), so that ``train(..., resume=True)``
+    continues at step N+1 with the same queries in the same order and the learning-rate schedule where it was.
+    What an export does not keep cannot come back: Adam's moment estimates start again at zero, the random
+    state is new, and the adapter is the bfloat16 copy. ``revived.json`` in the run says so (export keeps it)."""
+    import shutil
+
+    from transformers import TrainerControl
+
+    src, out = Path(src), Path(out)
+    info = read_run(src)
+    if info.finished:
+        raise ValueError(f"{src} is finished: there is nothing to continue")
+    ckpt = last_checkpoint(src)
+    if ckpt is None or not (ckpt / "adapter_model.safetensors").exists():
+        raise ValueError(f"{src} keeps no checkpoint adapter to continue from")
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"{out} exists and is not empty: continue it with --resume, or choose another folder")
+    step = int(ckpt.name.split("-")[1])
+    out.mkdir(parents=True, exist_ok=True)
+    for name in RUN_FILES:
+        if (src / name).exists():
+            shutil.copy(src / name, out / name)
+    if (src / "tensorboard").is_dir():
+        shutil.copytree(src / "tensorboard", out / "tensorboard")
+    dst = out / ckpt.name
+    shutil.copytree(ckpt, dst)
+    history = [r for r in load_rollouts(src / "metrics.jsonl") if int(r.get("step", 0)) <= step] \
+        if (src / "metrics.jsonl").exists() else []
+    cfg = info.config
+    epoch = next((r["epoch"] for r in reversed(history) if "epoch" in r), 0.0)
+    atomic_write_json(dst / "trainer_state.json", {
+        "global_step": step, "max_steps": cfg.max_steps, "epoch": epoch, "log_history": history,
+        "logging_steps": 1, "save_steps": cfg.save_steps,
+        "train_batch_size": grpo_args(cfg, out)["per_device_train_batch_size"],
+        "stateful_callbacks": {"TrainerControl": TrainerControl().state()}})
+    atomic_write_json(out / "revived.json", {"revivals": info.revivals + [{
+        "from": str(src), "step": step, "adapter": "bfloat16 copy kept by export",
+        "reset": ["Adam moment estimates", "random state"], "kept": ["query order", "learning-rate schedule"]}]})
+    return out
+
+
+def _resume_schedule(ckpt: Path | None):
+    """A checkpoint without optimizer state (one ``revive_run`` rebuilt): the Trainer then builds a fresh
+    optimizer and scheduler, and the scheduler is stepped to the checkpoint's global step here so that the
+    learning rate continues its decay instead of starting again."""
+    from transformers import TrainerCallback
+
+    class ResumeSchedule(TrainerCallback):
+        def on_train_begin(self, args, state, control, lr_scheduler=None, **kw):
+            if lr_scheduler is not None and state.global_step > 0:
+                with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()": meant here
+                    warnings.simplefilter("ignore", UserWarning)
+                    for _ in range(state.global_step):
+                        lr_scheduler.step()
+                print(f"resumed at step {state.global_step} without optimizer state: Adam restarts, "
+                      f"learning rate {lr_scheduler.get_last_lr()[0]:.3g}")
+
+    if ckpt is None or (ckpt / "optimizer.pt").exists():
+        return []
+    return [ResumeSchedule()]
+
+
 def _parse_value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -967,8 +1037,18 @@ def main(argv: list[str] | None = None) -> None:
         ea = e.parse_args(argv[1:])
         print(export_run(ea.run, ea.to))
         return
+    if argv and argv[0] == "revive":
+        r = argparse.ArgumentParser(prog="python -m arxivqa.train revive",
+                                    description="make an unfinished run kept in results/runs resumable in --out "
+                                                "(then: python -m arxivqa.train ... --out <out> --resume)")
+        r.add_argument("run", help="an exported unfinished run, e.g. results/runs/<name>")
+        r.add_argument("--out", required=True, help="the run folder to continue it in, e.g. data/runs/<name>")
+        ra = r.parse_args(argv[1:])
+        print(revive_run(ra.run, ra.out))
+        return
     p = argparse.ArgumentParser(prog="python -m arxivqa.train", description=__doc__.split("\n\n")[0],
-                                epilog="python -m arxivqa.train export <run> copies a finished run into results/runs/")
+                                epilog="python -m arxivqa.train export <run> copies a run into results/runs/; "
+                                       "python -m arxivqa.train revive <kept run> --out <folder> makes an unfinished one resumable")
     p.add_argument("--preset", default="cpu-demo", choices=sorted(PRESETS))
     p.add_argument("--reward", choices=["rlvr", "rar"], default=None)
     p.add_argument("--out", required=True, help="run folder (config, metrics, rollouts, timing, checkpoints)")
