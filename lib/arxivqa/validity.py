@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     m = sub.add_parser("measure", help="judges on the set -> results/judge_validity.json")
     m.add_argument("--set", default=None, help="default: data/judge_validity/set.json")
     m.add_argument("--judges", nargs="+", default=["local"],
-                   help="judge names: an endpoint (local, ...), expected:<model> or yesno:<model> (judge.make_judge)")
+                   help="judge names: an endpoint (local, ...), expected:<model>, yesno:<model> or docs:<model> (judge.make_judge)")
     a = ap.parse_args(argv)
     s = settings()
     work = s.runs_dir.parent  # the repository's data/ folder (git-ignored outputs)
