@@ -95,6 +95,8 @@ def test_a_judge_is_measured_on_pairs_and_pool(scripted_endpoint, tmp_path):
     assert set(m["pairwise_accuracy_by_kind"]) == set(KINDS) and m["pool_scored"] == 4
     assert m["spearman_recall"] == pytest.approx(1.0) and m["fallback_rate"] == pytest.approx(1 / 17)
     assert m["seconds_per_judgment"] > 0
+    assert len(m["scores"]["pairs"]) == 6 and all(b > w for b, w in m["scores"]["pairs"])
+    assert len(m["scores"]["pool"]) == 5 and m["scores"]["pool"].count(None) == 1  # q3's verdict fell back
     from arxivqa.validity import validity_table
 
     row = validity_table({"judges": {"j": m}}).iloc[0]

@@ -22,6 +22,7 @@ per judgment. Gold decides only which pair is which, never what the judge sees.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import random
@@ -147,7 +148,8 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
 def measure(judge, pairs: Sequence[ValidityPair], pool: Sequence[Trajectory]) -> dict:
     """A judge (``judge.Judge``) on the pairs and the pool: pairwise accuracy (overall and per kind, over
     pairs where neither judgment fell back; a tie counts half), Spearman of score with recall@10 over the
-    pool's non-fallback judgments, the fallback rate over every judgment, seconds per judgment."""
+    pool's non-fallback judgments, the fallback rate over every judgment, seconds per judgment, and every
+    score (``scores``)."""
     t0 = time.perf_counter()
     flat = [t for p in pairs for t in (p.better, p.worse)]
     results = judge.score_batch([*flat, *pool])
@@ -166,7 +168,10 @@ def measure(judge, pairs: Sequence[ValidityPair], pool: Sequence[Trajectory]) ->
             "pairwise_accuracy_by_kind": {k: mean(wins.get(k, [])) for k in KINDS},
             "spearman_recall": None if math.isnan(rho) else rho, "pool": len(pool), "pool_scored": len(scored),
             "fallback_rate": sum(r.fallback for r in results) / max(1, len(results)),
-            "seconds_per_judgment": seconds / max(1, len(results))}
+            "seconds_per_judgment": seconds / max(1, len(results)),
+            # every score (None: fell back), pairs as [better, worse]: judges can be compared item by item
+            "scores": {"pairs": [[None if r.fallback else r.score for r in pr[i:i + 2]] for i in range(0, len(pr), 2)],
+                       "pool": [None if r.fallback else r.score for r in po]}}
 
 
 # --------------------------------------------------------------------------- sources and the command
@@ -225,14 +230,19 @@ def main(argv: list[str] | None = None) -> None:
         return
     from .judge import make_judge
 
-    data = json.loads(Path(a.set or default_set).read_text(encoding="utf-8"))
+    raw = Path(a.set or default_set).read_text(encoding="utf-8")
+    data = json.loads(raw)
     pairs = [ValidityPair.model_validate(p) for p in data["pairs"]]
     pool = [Trajectory.model_validate(t) for t in data["pool"]]
     path = results_dir() / "judge_validity.json"
     report = json.loads(path.read_text()) if path.exists() else {"judges": {}}
+    fingerprint = hashlib.sha256(raw.encode()).hexdigest()[:16]
+    if report.get("set", {}).get("sha256") != fingerprint:  # judges measured on another set are not comparable
+        report = {"judges": {}}
     for name in a.judges:
         report["judges"][name] = measure(make_judge(name), pairs, pool)
-        report["set"] = {"pairs": len(pairs), "pool": len(pool), "kinds": {k: sum(p.kind == k for p in pairs) for k in KINDS}}
+        report["set"] = {"pairs": len(pairs), "pool": len(pool), "kinds": {k: sum(p.kind == k for p in pairs) for k in KINDS},
+                         "sha256": fingerprint, "sources": data.get("sources"), "seed": data.get("seed")}
         atomic_write_text(path, json.dumps(report, indent=1) + "\n")
         print(name, json.dumps(report["judges"][name]))
 
