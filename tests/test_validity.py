@@ -102,3 +102,18 @@ def test_a_judge_is_measured_on_pairs_and_pool(scripted_endpoint, tmp_path):
     row = validity_table({"judges": {"j": m}}).iloc[0]
     assert row["judge"] == "j" and row["pairwise_accuracy"] == 1.0 and row["pool"] == 4
     assert {f"acc_{k}" for k in KINDS} <= set(row.index)
+
+
+def test_sources_are_the_teachers_episodes_and_the_runs_rollouts_up_to_a_step(tmp_path):
+    from arxivqa.validity import train_sources
+
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text(json.dumps({"trajectory": rich("t1").model_dump(mode="json")}) + "\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rollouts.jsonl").write_text("".join(
+        json.dumps({"step": s, "trajectory": single_offtopic(f"q{s}").model_dump(mode="json")}) + "\n" for s in (1, 2, 3)))
+    every, policy = train_sources([demos], [run])
+    assert [t.qid for t in every] == ["t1", "q1", "q2", "q3"] and [t.qid for t in policy] == ["q1", "q2", "q3"]
+    every, policy = train_sources([demos], [run], until_step=2)  # the run as it was at step 2
+    assert [t.qid for t in policy] == ["q1", "q2"] and len(every) == 3

@@ -177,14 +177,17 @@ def measure(judge, pairs: Sequence[ValidityPair], pool: Sequence[Trajectory]) ->
 # --------------------------------------------------------------------------- sources and the command
 
 
-def train_sources(demo_files: Sequence[Path], run_dirs: Sequence[Path]) -> tuple[list[Trajectory], list[Trajectory]]:
+def train_sources(demo_files: Sequence[Path], run_dirs: Sequence[Path],
+                  until_step: int | None = None) -> tuple[list[Trajectory], list[Trajectory]]:
     """(every trajectory, the policy's) from teacher demonstration files (``sft demos``) and committed
-    runs' rollouts."""
+    runs' rollouts (those of steps ≤ ``until_step`` when given: a set built while a run was shorter is
+    rebuilt the same after it grew)."""
     teacher = [Trajectory.model_validate(json.loads(line)["trajectory"])
                for f in demo_files for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
-    policy = [Trajectory.model_validate(json.loads(line)["trajectory"])
-              for d in run_dirs for line in (Path(d) / "rollouts.jsonl").read_text(encoding="utf-8").splitlines()
-              if line.strip()]
+    rows = [json.loads(line) for d in run_dirs
+            for line in (Path(d) / "rollouts.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    policy = [Trajectory.model_validate(r["trajectory"]) for r in rows
+              if until_step is None or int(r.get("step", 0)) <= until_step]
     return teacher + policy, policy
 
 
@@ -202,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--per-kind", type=int, default=25)
     b.add_argument("--pool", type=int, default=120)
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--until-step", type=int, default=None, help="only the runs' rollouts of steps up to this one")
     b.add_argument("--out", default=None, help="default: data/judge_validity/set.json")
     m = sub.add_parser("measure", help="judges on the set -> results/judge_validity.json")
     m.add_argument("--set", default=None, help="default: data/judge_validity/set.json")
@@ -214,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.cmd == "build":
         demos = [Path(p) for p in a.demos] if a.demos else sorted((work / "sft").glob("demos-*.jsonl"))
         runs = [Path(p) for p in a.runs] if a.runs else sorted(p for p in (results_dir() / "runs").iterdir() if p.is_dir())
-        every, policy = train_sources(demos, runs)
+        every, policy = train_sources(demos, runs, a.until_step)
         train = {q.qid for q in select_queries(split="train").queries}
         pairs = build_pairs(every, a.per_kind, a.seed, allowed_qids=train)
         rng = random.Random(a.seed)
@@ -222,7 +226,8 @@ def main(argv: list[str] | None = None) -> None:
         pool = rng.sample(pool, min(a.pool, len(pool)))
         out = Path(a.out) if a.out else default_set
         out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out, json.dumps({"sources": {"demos": [str(p) for p in demos], "runs": [str(p) for p in runs]},
+        atomic_write_text(out, json.dumps({"sources": {"demos": [str(p) for p in demos], "runs": [str(p) for p in runs],
+                                                       "until_step": a.until_step},
                                            "seed": a.seed, "pairs": [p.model_dump(mode="json") for p in pairs],
                                            "pool": [t.model_dump(mode="json") for t in pool]}))
         kinds = {k: sum(p.kind == k for p in pairs) for k in KINDS}
