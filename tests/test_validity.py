@@ -117,3 +117,12 @@ def test_sources_are_the_teachers_episodes_and_the_runs_rollouts_up_to_a_step(tm
     assert [t.qid for t in every] == ["t1", "q1", "q2", "q3"] and [t.qid for t in policy] == ["q1", "q2", "q3"]
     every, policy = train_sources([demos], [run], until_step=2)  # the run as it was at step 2
     assert [t.qid for t in policy] == ["q1", "q2"] and len(every) == 3
+
+
+def test_a_set_is_identified_by_its_pairs_and_pool_not_its_provenance():
+    from arxivqa.validity import set_fingerprint
+
+    pairs = [p.model_dump(mode="json") for p in build_pairs([rich("q1"), single_offtopic("q1")], per_kind=5)]
+    a = {"sources": {"runs": ["/somewhere/run"]}, "pairs": pairs, "pool": []}
+    b = {"sources": {"runs": ["results/runs/run"]}, "pairs": pairs, "pool": []}
+    assert set_fingerprint(a) == set_fingerprint(b) != set_fingerprint({**a, "pairs": pairs[:1]})

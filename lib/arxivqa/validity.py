@@ -191,6 +191,20 @@ def train_sources(demo_files: Sequence[Path], run_dirs: Sequence[Path],
     return teacher + policy, policy
 
 
+def set_fingerprint(data: dict) -> str:
+    """What identifies a validity set: its pairs and pool (not where it was built from or when)."""
+    body = json.dumps({"pairs": data["pairs"], "pool": data["pool"]}, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def _shown(path: Path) -> str:
+    """A source path as recorded: relative to the working directory when under it (no machine paths)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def main(argv: list[str] | None = None) -> None:
     from .config import results_dir, settings
     from .corpus import select_queries
@@ -226,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
         pool = rng.sample(pool, min(a.pool, len(pool)))
         out = Path(a.out) if a.out else default_set
         out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out, json.dumps({"sources": {"demos": [str(p) for p in demos], "runs": [str(p) for p in runs],
+        atomic_write_text(out, json.dumps({"sources": {"demos": [_shown(p) for p in demos], "runs": [_shown(p) for p in runs],
                                                        "until_step": a.until_step},
                                            "seed": a.seed, "pairs": [p.model_dump(mode="json") for p in pairs],
                                            "pool": [t.model_dump(mode="json") for t in pool]}))
@@ -235,13 +249,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     from .judge import make_judge
 
-    raw = Path(a.set or default_set).read_text(encoding="utf-8")
-    data = json.loads(raw)
+    data = json.loads(Path(a.set or default_set).read_text(encoding="utf-8"))
     pairs = [ValidityPair.model_validate(p) for p in data["pairs"]]
     pool = [Trajectory.model_validate(t) for t in data["pool"]]
     path = results_dir() / "judge_validity.json"
     report = json.loads(path.read_text()) if path.exists() else {"judges": {}}
-    fingerprint = hashlib.sha256(raw.encode()).hexdigest()[:16]
+    fingerprint = set_fingerprint(data)
     if report.get("set", {}).get("sha256") != fingerprint:  # judges measured on another set are not comparable
         report = {"judges": {}}
     for name in a.judges:
