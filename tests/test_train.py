@@ -356,3 +356,20 @@ def test_an_unfinished_run_kept_in_the_repository_continues_where_it_stopped(tin
     assert rates(out) == pytest.approx(rates(straight)) and rates(out)[2] < rates(out)[1]
     revived = json.loads((export_run(out, tmp_path / "committed" / "again") / "revived.json").read_text())
     assert [r["step"] for r in revived["revivals"]] == [1] and "Adam moment estimates" in revived["revivals"][0]["reset"]
+
+
+def test_only_a_revived_checkpoint_has_its_schedule_advanced_by_hand(tmp_path):
+    """A checkpoint without optimizer.pt that revive_run did not rebuild (DeepSpeed keeps its optimizer state
+    elsewhere) is left to the Trainer; the one it rebuilt gets the learning-rate schedule stepped forward."""
+    from arxivqa.train import _resume_schedule
+
+    run = tmp_path / "run"
+    (run / "checkpoint-5").mkdir(parents=True)
+    (run / "config.json").write_text(preset("cpu-demo").model_dump_json())
+    assert _resume_schedule(None) == [] and _resume_schedule(run / "checkpoint-5") == []
+    (run / "revived.json").write_text(json.dumps({"revivals": [{"step": 5}]}))
+    assert len(_resume_schedule(run / "checkpoint-5")) == 1
+    (run / "checkpoint-5" / "optimizer.pt").write_bytes(b"")  # trained on since: a full checkpoint again
+    assert _resume_schedule(run / "checkpoint-5") == []
+    (run / "checkpoint-10").mkdir()
+    assert _resume_schedule(run / "checkpoint-10") == []

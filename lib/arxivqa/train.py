@@ -997,7 +997,7 @@ def revive_run(src: str | Path, out: str | Path) -> Path:
 
 
 def _resume_schedule(ckpt: Path | None):
-    """A checkpoint without optimizer state (one ``revive_run`` rebuilt): the Trainer then builds a fresh
+    """A checkpoint ``revive_run`` rebuilt (no optimizer state): the Trainer then builds a fresh
     optimizer and scheduler, and the scheduler is stepped to the checkpoint's global step here so that the
     learning rate continues its decay instead of starting again."""
     from transformers import TrainerCallback
@@ -1013,6 +1013,11 @@ def _resume_schedule(ckpt: Path | None):
                       f"learning rate {lr_scheduler.get_last_lr()[0]:.3g}")
 
     if ckpt is None or (ckpt / "optimizer.pt").exists():
+        return []
+    # only the checkpoint revive_run rebuilt; any other (DeepSpeed keeps its optimizer state elsewhere) is
+    # left to the Trainer, which restores its scheduler itself
+    revived = read_run(ckpt.parent).revivals
+    if not revived or f"checkpoint-{revived[-1]['step']}" != ckpt.name:
         return []
     return [ResumeSchedule()]
 
