@@ -420,6 +420,9 @@ class ProbabilityJudge:
         self.scoring, self.rubric, self.sanitise = scoring, rubric, sanitise
         self.max_prompt_tokens = max_prompt_tokens
         self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.tokenizer.padding_side = "left"  # the last position of every row is the answer's (``docs``)
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, resolve_dtype(dtype))).eval()
         tok = self.tokenizer
         self._digits = [tok.convert_tokens_to_ids(str(d)) for d in range(10)]
@@ -494,9 +497,6 @@ class ProbabilityJudge:
             [{"role": "system", "content": DOCS_SYSTEM},
              {"role": "user", "content": f"BEGIN\nRequest: {request}\nPaper: {title}\nEND\n{DOCS_QUESTION}"}],
             tokenize=False, add_generation_prompt=True) for title in titles]
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
         batch = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         self._fits(batch.input_ids)
         with torch.no_grad():

@@ -988,7 +988,7 @@ def revive_run(src: str | Path, out: str | Path) -> Path:
     atomic_write_json(dst / "trainer_state.json", {
         "global_step": step, "max_steps": cfg.max_steps, "epoch": epoch, "log_history": history,
         "logging_steps": 1, "save_steps": cfg.save_steps,
-        "train_batch_size": grpo_args(cfg, out)["per_device_train_batch_size"],
+        "train_batch_size": micro_batch(cfg),
         "stateful_callbacks": {"TrainerControl": TrainerControl().state()}})
     atomic_write_json(out / "revived.json", {"revivals": info.revivals + [{
         "from": str(src), "step": step, "adapter": "bfloat16 copy kept by export",
