@@ -315,3 +315,17 @@ def test_document_relevance_asks_of_each_submitted_paper_and_never_reads_the_pol
     with torch.no_grad():
         docs.model.model.norm.weight.zero_()
     assert docs.score_batch([two])[0].score == pytest.approx(0.5)
+
+
+def test_blend_is_the_mean_of_the_holistic_and_the_per_paper_scores_from_one_model(tiny_qwen):
+    from arxivqa.judge import ProbabilityJudge, holistic_to_unit, make_judge
+
+    blend = make_judge(f"blend:{tiny_qwen}")
+    assert isinstance(blend, ProbabilityJudge) and blend.scoring == "blend"
+    two = traj(submitted=("2501.00001", "2501.00002"))
+    yes = blend.documents_yes(two)
+    (r,) = blend.score_batch([two])
+    assert r.score == pytest.approx((sum(yes) / 2 + holistic_to_unit(blend.expected_holistic(two))) / 2) and not r.fallback
+    # nothing submitted: the per-paper half is 0, the holistic half still grades the search
+    (none,) = blend.score_batch([traj(submitted=None)])
+    assert none.score == pytest.approx(holistic_to_unit(blend.expected_holistic(traj(submitted=None))) / 2)
