@@ -103,5 +103,14 @@ def test_the_report_says_what_each_stage_cannot_show_from_its_own_outputs(tmp_pa
     assert report.limits("01", results) == []
     (results / "06_run.json").write_text(json.dumps({"fallback_rate": float("nan"), "queries": "queries_train-dev3"}))
     assert report.limits("06", results) == ["Evaluated on 3 queries: too few for an interval — an anecdote, not a measurement."]
+    # the judged stages say how far the best judge measured on the validity set can be trusted
+    (results / "judge_validity.json").write_text(json.dumps({"judges": {
+        "a": {"pairwise_accuracy": 0.62, "pairs_scored": 107}, "b": {"pairwise_accuracy": 0.77, "pairs_scored": 107},
+        "c": {"pairwise_accuracy": None, "pairs_scored": 0}}}))
+    six = " ".join(report.limits("06", results))
+    assert "the best judge measured, b, orders 77% of them — below the 80%" in six and "107 pairs" in six
+    assert "Judge validity" not in " ".join(report.limits("04", results))
+    (results / "judge_validity.json").write_text(json.dumps({"judges": {"b": {"pairwise_accuracy": 0.85, "pairs_scored": 9}}}))
+    assert "orders 85% of them, over the 80% bar" in " ".join(report.limits("07", results))
     text = report.write_report(results, [tmp_path / f"{p}_x.py" for p in ("03", "04")]).read_text()
     assert "What this shows, and what it cannot at this scale" in text and "never moved" in text

@@ -204,6 +204,18 @@ def limits(prefix: str, results: Path) -> list[str]:
         else:
             out.append(f"Evaluated on {n} queries" + (f"; the widest recall@10 interval is {width:.2f} wide: differences "
                                                      "smaller than that are not shown." if width is not None else "."))
+    validity = results / "judge_validity.json"
+    if prefix in JUDGED_STAGES and validity.exists():
+        v = json.loads(validity.read_text())
+        scored = {k: m for k, m in (v.get("judges") or {}).items() if m.get("pairwise_accuracy") is not None}
+        if scored:
+            best, m = max(scored.items(), key=lambda kv: kv[1]["pairwise_accuracy"])
+            acc = m["pairwise_accuracy"]
+            out.append(f"Judge validity ({validity.name}, {m.get('pairs_scored')} pairs of real episodes whose order is "
+                       f"known): the best judge measured, {best}, orders {acc:.0%} of them"
+                       + (f" — below the {VALIDITY_BAR:.0%} a judge needs to be trusted, so every judge score here "
+                          "ranks trajectories little better than that." if acc < VALIDITY_BAR
+                          else f", over the {VALIDITY_BAR:.0%} bar; a judge not measured there has no such evidence."))
     if prefix == "02" and (results / "02_labelling.json").exists():
         lab = json.loads((results / "02_labelling.json").read_text())
         llm = lab.get("llm") or {}
@@ -213,6 +225,8 @@ def limits(prefix: str, results: Path) -> list[str]:
 
 
 LIMITS_TITLE = "What this shows, and what it cannot at this scale"
+JUDGED_STAGES = ("05", "06", "07")  # the stages whose results rest on a judge's scores
+VALIDITY_BAR = 0.80  # the pairwise accuracy a judge must reach on the validity set (issue #13's target)
 
 
 def limits_markdown(prefix: str, results: Path | None = None) -> str:
