@@ -329,3 +329,22 @@ def test_blend_is_the_mean_of_the_holistic_and_the_per_paper_scores_from_one_mod
     # nothing submitted: the per-paper half is 0, the holistic half still grades the search
     (none,) = blend.score_batch([traj(submitted=None)])
     assert none.score == pytest.approx(holistic_to_unit(blend.expected_holistic(traj(submitted=None))) / 2)
+
+
+def test_a_probability_judge_can_be_the_training_judge_of_a_rar_run(tiny_qwen):
+    from types import SimpleNamespace
+
+    from arxivqa.judge import ProbabilityJudge, RaRScorer, rar_scorer
+    from arxivqa.rewards import RewardConfig
+    from arxivqa.train import preset, run_folder
+
+    cfg = SimpleNamespace(judge_endpoint=f"blend:{tiny_qwen}", judge_rubric="global", rewards=RewardConfig())
+    scorer = rar_scorer(cfg)
+    assert isinstance(scorer, RaRScorer) and isinstance(scorer.judge, ProbabilityJudge) and scorer.judge.scoring == "blend"
+    good = traj()
+    ((total, comps),) = scorer.batch([good])
+    assert comps["gates_passed"] == 1.0 and total == pytest.approx(scorer.judge.score_batch([good])[0].score)
+    with pytest.raises(ValueError, match="global rubric"):  # query-specific rubrics need a judge that writes a verdict
+        rar_scorer(SimpleNamespace(judge_endpoint=f"blend:{tiny_qwen}", judge_rubric="query", rewards=None))
+    name = run_folder(preset("cpu-demo", reward="rar", judge_endpoint="blend:qwen2.5-coder-0.5b-instruct")).name
+    assert name.startswith("rar-cpu-demo-blend-qwen2.5-coder-0.5b-instruct-global-") and ":" not in name

@@ -619,8 +619,15 @@ class RaRScorer:
 def rar_scorer(cfg) -> RaRScorer:
     """The RaR scorer of a training config (``judge_endpoint``, ``judge_rubric``, ``rewards``); starts the
     local judge server when the endpoint is local (stopped at exit); a remote one is checked once
-    (``llm.EndpointUnreachable`` before training starts, naming the URL and the setting)."""
+    (``llm.EndpointUnreachable`` before training starts, naming the URL and the setting). A probability
+    judge's name (``blend:<model>``, ``docs:<model>``, ...) loads it in the training process instead."""
     from .llm import open_llm
 
+    kind, _, model = (cfg.judge_endpoint or "").partition(":")
+    if kind in SCORINGS and model:  # a probability judge in the training process (blend:<model>, ...)
+        if cfg.judge_rubric != "global":
+            raise ValueError(f"judge {cfg.judge_endpoint!r} asks the seed's global rubric; judge_rubric="
+                             f"{cfg.judge_rubric!r} needs an endpoint that writes a verdict (e.g. local)")
+        return RaRScorer(ProbabilityJudge(model, kind), cfg.rewards)
     llm = open_llm(cfg.judge_endpoint, chosen_by="the training config's judge_endpoint (--set judge_endpoint=...)")
     return RaRScorer(Judge(llm, rubric=cfg.judge_rubric), cfg.rewards)

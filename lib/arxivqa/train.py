@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 import sys
 import time
 import warnings
@@ -122,7 +123,7 @@ class TrainConfig(BaseModel):
     tool_max_snippets: int = 0
     # reward settings
     rewards: RewardConfig = Field(default_factory=RewardConfig)
-    judge_endpoint: str | None = None  # rar: an endpoint of configs/endpoints.toml (default: local)
+    judge_endpoint: str | None = None  # rar: an endpoint of configs/endpoints.toml (default: local), or a probability judge (blend:<model>)
     judge_rubric: Literal["global", "query"] = "global"
     # run
     seed: int = 0
@@ -803,7 +804,8 @@ def run_folder(cfg: TrainConfig) -> Path:
     """Where a new run of ``cfg`` is trained: a readable name under ``runs_dir`` (the registry finds
     runs by their config, not by this name)."""
     if cfg.reward == "rar":
-        name = f"rar-{cfg.preset}-{cfg.judge_endpoint or 'local'}-{cfg.judge_rubric}-{cfg.max_steps}steps-seed{cfg.seed}"
+        judge = re.sub(r"[^A-Za-z0-9._-]+", "-", cfg.judge_endpoint or "local")  # blend:<model> -> blend-<model>
+        name = f"rar-{cfg.preset}-{judge}-{cfg.judge_rubric}-{cfg.max_steps}steps-seed{cfg.seed}"
     else:
         name = f"rlvr-{cfg.preset}-{cfg.curriculum}-{cfg.max_steps}steps-seed{cfg.seed}"
     return settings().runs_dir / name
@@ -833,9 +835,11 @@ def train_or_load(cfg: TrainConfig, index=None) -> dict:
         train(cfg, out, resume=(out / "config.json").exists(), index=index, scorer=scorer)
     finally:
         if scorer is not None:
+            llm = getattr(scorer.judge, "llm", None)  # a probability judge runs in this process: no endpoint
             info["judge"] = {"judged": scorer.judge.judged, "fallbacks": scorer.judge.fallbacks,
-                             "llm": scorer.judge.llm.stats.as_dict()}
-            scorer.judge.llm.close()
+                             **({"llm": llm.stats.as_dict()} if llm is not None else {})}
+            if llm is not None:
+                llm.close()
     info |= {"trained_now": True, "seconds": _time.perf_counter() - t0}
     return info
 
