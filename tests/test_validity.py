@@ -126,3 +126,31 @@ def test_a_set_is_identified_by_its_pairs_and_pool_not_its_provenance():
     a = {"sources": {"runs": ["/somewhere/run"]}, "pairs": pairs, "pool": []}
     b = {"sources": {"runs": ["results/runs/run"]}, "pairs": pairs, "pool": []}
     assert set_fingerprint(a) == set_fingerprint(b) != set_fingerprint({**a, "pairs": pairs[:1]})
+
+
+def test_the_set_is_kept_compressed_and_a_report_of_another_set_is_kept_aside(tmp_path, monkeypatch):
+    import arxivqa.judge
+    from arxivqa.judge import JudgeResult
+    from arxivqa.validity import main, read_set, set_fingerprint, write_set
+
+    pairs = [p.model_dump(mode="json") for p in build_pairs([rich("q1"), single_offtopic("q1")], per_kind=5)]
+    data = {"seed": 0, "pairs": pairs, "pool": [rich("q4").model_dump(mode="json")]}
+    gz, plain = tmp_path / "set.json.gz", tmp_path / "set.json"
+    first = write_set(gz, data).read_bytes()
+    assert write_set(gz, data).read_bytes() == first and first[:2] == b"\x1f\x8b"  # gzip, the same bytes again
+    assert read_set(gz) == read_set(write_set(plain, data)) == data
+    with pytest.raises(FileNotFoundError, match="validity build"):
+        read_set(tmp_path / "missing.json.gz")
+
+    class Recall:  # a judge that scores the submission's recall
+        def score_batch(self, trajs, desc=None):
+            return [JudgeResult(score=submission_recall(t)) for t in trajs]
+
+    monkeypatch.setattr(arxivqa.judge, "make_judge", lambda name: Recall())
+    monkeypatch.setenv("ARXIVQA_RESULTS_DIR", str(tmp_path))
+    (tmp_path / "judge_validity.json").write_text(json.dumps({"judges": {"old": {}}, "set": {"sha256": "0123"}}))
+    main(["measure", "--set", str(gz), "--judges", "recall"])
+    report = json.loads((tmp_path / "judge_validity.json").read_text())
+    assert report["set"]["sha256"] == set_fingerprint(data) and set(report["judges"]) == {"recall"}
+    assert report["judges"]["recall"]["pairwise_accuracy"] == 1.0
+    assert json.loads((tmp_path / "judge_validity_0123.json").read_text())["judges"] == {"old": {}}  # not lost

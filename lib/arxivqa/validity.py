@@ -22,6 +22,7 @@ per judgment. Gold decides only which pair is which, never what the judge sees.
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import math
@@ -197,6 +198,23 @@ def set_fingerprint(data: dict) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
+def write_set(path: Path, data: dict) -> Path:
+    """A validity set as JSON, gzip-compressed when ``path`` ends in ``.gz`` (no timestamp: the same set
+    gives the same bytes), written atomically."""
+    from .files import atomic_write_bytes
+
+    body = json.dumps(data).encode("utf-8")
+    return atomic_write_bytes(path, gzip.compress(body, mtime=0) if path.suffix == ".gz" else body)
+
+
+def read_set(path: Path) -> dict:
+    """A validity set written by ``write_set``; a clear error naming the command when it is missing."""
+    if not path.exists():
+        raise FileNotFoundError(f"no validity set at {path}: python -m arxivqa.validity build (README: Judge validity set)")
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+
+
 def _shown(path: Path) -> str:
     """A source path as recorded: relative to the working directory when under it (no machine paths)."""
     try:
@@ -220,15 +238,17 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--pool", type=int, default=120)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--until-step", type=int, default=None, help="only the runs' rollouts of steps up to this one")
-    b.add_argument("--out", default=None, help="default: data/judge_validity/set.json")
+    b.add_argument("--out", default=None, help="default: results/judge_validity_set.json.gz (kept in git with the report)")
     m = sub.add_parser("measure", help="judges on the set -> results/judge_validity.json")
-    m.add_argument("--set", default=None, help="default: data/judge_validity/set.json")
+    m.add_argument("--set", default=None, help="default: results/judge_validity_set.json.gz")
     m.add_argument("--judges", nargs="+", default=["local"],
-                   help="judge names: an endpoint (local, ...), expected:<model>, yesno:<model> or docs:<model> (judge.make_judge)")
+                   help="judge names: an endpoint (local, ...), expected:<model>, yesno:<model>, docs:<model> or blend:<model> (judge.make_judge)")
     a = ap.parse_args(argv)
     s = settings()
     work = s.runs_dir.parent  # the repository's data/ folder (git-ignored outputs)
-    default_set = work / "judge_validity" / "set.json"
+    # the set is kept beside its report: rebuilt elsewhere, the teacher's episodes differ a little (the
+    # MiniLM index is not bit-identical across machines), so the committed report is reproducible only from it
+    default_set = results_dir() / "judge_validity_set.json.gz"
     if a.cmd == "build":
         demos = [Path(p) for p in a.demos] if a.demos else sorted((work / "sft").glob("demos-*.jsonl"))
         runs = [Path(p) for p in a.runs] if a.runs else sorted(p for p in (results_dir() / "runs").iterdir() if p.is_dir())
@@ -240,22 +260,25 @@ def main(argv: list[str] | None = None) -> None:
         pool = rng.sample(pool, min(a.pool, len(pool)))
         out = Path(a.out) if a.out else default_set
         out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out, json.dumps({"sources": {"demos": [_shown(p) for p in demos], "runs": [_shown(p) for p in runs],
-                                                       "until_step": a.until_step},
-                                           "seed": a.seed, "pairs": [p.model_dump(mode="json") for p in pairs],
-                                           "pool": [t.model_dump(mode="json") for t in pool]}))
+        write_set(out, {"sources": {"demos": [_shown(p) for p in demos], "runs": [_shown(p) for p in runs],
+                                    "until_step": a.until_step},
+                        "seed": a.seed, "pairs": [p.model_dump(mode="json") for p in pairs],
+                        "pool": [t.model_dump(mode="json") for t in pool]})
         kinds = {k: sum(p.kind == k for p in pairs) for k in KINDS}
         print(f"{len(pairs)} pairs {kinds}, pool {len(pool)} -> {out}")
         return
     from .judge import make_judge
 
-    data = json.loads(Path(a.set or default_set).read_text(encoding="utf-8"))
+    data = read_set(Path(a.set) if a.set else default_set)
     pairs = [ValidityPair.model_validate(p) for p in data["pairs"]]
     pool = [Trajectory.model_validate(t) for t in data["pool"]]
     path = results_dir() / "judge_validity.json"
     report = json.loads(path.read_text()) if path.exists() else {"judges": {}}
     fingerprint = set_fingerprint(data)
-    if report.get("set", {}).get("sha256") != fingerprint:  # judges measured on another set are not comparable
+    old = report.get("set", {}).get("sha256")
+    if old != fingerprint:  # judges measured on another set are not comparable: that report is kept aside
+        if old:
+            atomic_write_text(path.with_name(f"judge_validity_{old}.json"), json.dumps(report, indent=1) + "\n")
         report = {"judges": {}}
     for name in a.judges:
         report["judges"][name] = measure(make_judge(name), pairs, pool)
@@ -263,10 +286,6 @@ def main(argv: list[str] | None = None) -> None:
                          "sha256": fingerprint, "sources": data.get("sources"), "seed": data.get("seed")}
         atomic_write_text(path, json.dumps(report, indent=1) + "\n")
         print(name, json.dumps(report["judges"][name]))
-
-
-if __name__ == "__main__":
-    main()
 
 
 def validity_table(report: dict):
@@ -281,3 +300,7 @@ def validity_table(report: dict):
                      "spearman_recall": m["spearman_recall"], "pool": m["pool_scored"],
                      "fallback_rate": m["fallback_rate"], "seconds_per_judgment": m["seconds_per_judgment"]})
     return pd.DataFrame(rows)
+
+
+if __name__ == "__main__":
+    main()
