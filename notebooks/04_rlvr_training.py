@@ -358,10 +358,14 @@ def _(committed_runs, configured, curricula, curriculum, find_run, index, load_r
     _run1 = load_run(_info1.path)
     if _info2 is not None:
         _run2 = load_run(_info2.path)
+        # the table compares the steps both runs have (a shorter run is not set against a longer one's late steps)
+        _common = min(_info1.steps_done, _info2.steps_done)
         _both = pd.concat([_run1["rollouts"].assign(schedule=curriculum.value), _run2["rollouts"].assign(schedule=_other)])
-        _cmp = (_both.groupby("schedule")[["reward/total", "reward/search_recall", "tool_calls", "distinct_tools",
-                                          "single_kw_single_sem"]].mean().reset_index())
-        _cmp["steps"] = _cmp["schedule"].map({curriculum.value: _info1.steps_done, _other: _info2.steps_done})
+        _cmp = (_both[_both["step"] <= _common].groupby("schedule")
+                [["reward/total", "reward/search_recall", "submitted", "tool_calls", "distinct_tools",
+                  "single_kw_single_sem"]].mean().reset_index())
+        _cmp["steps compared"] = _common
+        _cmp["steps run"] = _cmp["schedule"].map({curriculum.value: _info1.steps_done, _other: _info2.steps_done})
         save_table(_cmp, "04_curriculum")
         _per_step = (_both.groupby(["schedule", "step"])["reward/search_recall"].mean().reset_index()
                      .sort_values("step"))
@@ -375,8 +379,10 @@ def _(committed_runs, configured, curricula, curriculum, find_run, index, load_r
         _ax.title.set_fontsize(9)
         save(_fig, "04_curriculum.png")
         _out = mo.vstack([mo.md(f"## Curriculum: `{curriculum.value}` vs. `{_other}`\n"
-                                f"Runs `{_info1.name}` and `{_info2.name}`; the easy-to-hard run meets its hard "
-                                "queries last, so its late steps are not comparable query-for-query."),
+                                f"Runs `{_info1.name}` and `{_info2.name}`; the table is the mean over the "
+                                f"{plural(_common, 'step')} both have run, the figure every step each has. The "
+                                "easy-to-hard run meets its easy queries first and its hard ones last, so the two "
+                                "are not compared query for query."),
                           mo.ui.table(_cmp, selection=None), _fig])
     else:
         _t = _run1["timing"]
