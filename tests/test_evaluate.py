@@ -1,3 +1,4 @@
+import json
 import pandas as pd
 import pytest
 
@@ -131,3 +132,22 @@ def test_episodes_the_policy_failed_are_run_again(built_index, papers, tmp_path,
     monkeypatch.setattr(agent_mod, "make_policy", _scripted_policy_factory(calls))
     (ok,) = cached_agent_eval("local", qs, path, built_index, progress=False)
     assert calls and ok.stop_reason == "finished"
+
+
+def test_a_runs_evaluations_come_latest_steps_first_whatever_the_file_times(tmp_path):
+    import os
+
+    from arxivqa.evaluate import heldout_of_run
+
+    def write(name, steps, mtime):
+        bench = {"policies": ["run:results/runs/r"], "run_steps": {"run:results/runs/r": steps} if steps else {}}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"bench": bench, "table": [{"method": "run:r", "recall@10": 0.1}]}))
+        os.utime(path, (mtime, mtime))
+
+    write("at100", 100, 1e9)  # the oldest file holds the most steps (as after a fresh checkout)
+    write("at40", 40, 3e9)
+    write("before-steps-were-kept", None, 4e9)
+    write("at70", 70, 2e9)
+    assert [f["file"] for f in heldout_of_run("r", tmp_path)] == ["at100.json", "at70.json", "at40.json",
+                                                                 "before-steps-were-kept.json"]

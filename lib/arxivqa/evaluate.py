@@ -250,8 +250,9 @@ def run_steps(policies: Sequence[str]) -> dict[str, int]:
 
 def heldout_of_run(run_name: str, folder=None) -> list[dict]:
     """The evaluations under ``folder`` (default ``<results>/eval``) that include the run ``run_name``
-    (``python -m arxivqa.evaluate --policy run:<run> ...``), newest first: each its file name, table,
-    bench and the run's steps at the time (``run_steps``; None for evaluations written before it)."""
+    (``python -m arxivqa.evaluate --policy run:<run> ...``), the run's latest steps first (then the newest
+    file; a fresh clone's file times are those of the checkout, not of the evaluations): each its file
+    name, table, bench and the run's steps at the time (``run_steps``; None for evaluations written before it)."""
     import json
     from pathlib import Path
 
@@ -272,7 +273,7 @@ def heldout_of_run(run_name: str, folder=None) -> list[dict]:
         if mine and report.get("table"):
             found.append({"file": path.name, "table": pd.DataFrame(report["table"]), "bench": bench,
                           "steps": (bench.get("run_steps") or {}).get(mine[0])})
-    return found
+    return sorted(found, key=lambda f: -1 if f["steps"] is None else -f["steps"])  # stable: the newest first among equals
 
 
 def eval_queries(path: str | None = None, split: str | None = None, limit: int | None = None):
