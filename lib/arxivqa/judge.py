@@ -573,8 +573,8 @@ class ProbabilityJudge:
 
 
 def make_judge(spec: str, sanitise: bool = True):
-    """A judge from a name: ``expected:<model>``, ``yesno:<model>``, ``docs:<model>`` or ``blend:<model>`` (``ProbabilityJudge``, in this
-    process), or an endpoint of ``configs/endpoints.toml`` (``Judge`` over the LLM layer; ``local``
+    """A judge from a name: ``expected:<model>``, ``yesno:<model>``, ``docs[+abstract]:<model>`` or ``blend[+abstract]:<model>``
+    (``ProbabilityJudge``, in this process; ``parse_probability_judge``), or an endpoint of ``configs/endpoints.toml`` (``Judge`` over the LLM layer; ``local``
     starts the offline server)."""
     parsed = parse_probability_judge(spec)
     if parsed:

@@ -242,12 +242,12 @@ def main(argv: list[str] | None = None) -> None:
     m = sub.add_parser("measure", help="judges on the set -> results/judge_validity.json")
     m.add_argument("--set", default=None, help="default: results/judge_validity_set.json.gz")
     m.add_argument("--judges", nargs="+", default=["local"],
-                   help="judge names: an endpoint (local, ...), expected:<model>, yesno:<model>, docs:<model> or blend:<model> (judge.make_judge)")
+                   help="judge names: an endpoint (local, ...), expected:<model>, yesno:<model>, docs[+abstract]:<model> or blend[+abstract]:<model> (judge.make_judge)")
     a = ap.parse_args(argv)
     s = settings()
     work = s.runs_dir.parent  # the repository's data/ folder (git-ignored outputs)
-    # the set is kept beside its report: rebuilt elsewhere, the teacher's episodes differ a little (the
-    # MiniLM index is not bit-identical across machines), so the committed report is reproducible only from it
+    # the set is kept beside its report: rebuilt on another machine by the same commands it came out a little
+    # different (109 pairs, then 107; the cause, index or teacher, was not traced), so a report is reproducible only from it
     default_set = results_dir() / "judge_validity_set.json.gz"
     if a.cmd == "build":
         demos = [Path(p) for p in a.demos] if a.demos else sorted((work / "sft").glob("demos-*.jsonl"))
