@@ -215,7 +215,10 @@ def limits(prefix: str, results: Path) -> list[str]:
                        f"known): the best judge measured, {best}, orders {acc:.0%} of them"
                        + (f" — below the {VALIDITY_BAR:.0%} a judge needs to be trusted, so every judge score here "
                           "ranks trajectories little better than that." if acc < VALIDITY_BAR
-                          else f", over the {VALIDITY_BAR:.0%} bar; a judge not measured there has no such evidence."))
+                          else f", over the {VALIDITY_BAR:.0%} bar"
+                          + (f" (at {m['seconds_per_judgment']:.1f} s a judgment)" if m.get("seconds_per_judgment") else "")
+                          + "; this stage's scores have that evidence only where that judge is the one its tables name "
+                            "— a judge not measured there has none."))
     if prefix == "02" and (results / "02_labelling.json").exists():
         lab = json.loads((results / "02_labelling.json").read_text())
         llm = lab.get("llm") or {}
