@@ -112,3 +112,26 @@ def test_summaries_of_no_episodes_at_all_do_not_crash(built_index, papers):
     _, _, _, bench = evaluate_trajectories([], built_index, qs, 0.0)
     assert bench["episodes"] == 0 and bench["failed_episodes"] == 0 and failure_line([]) == ""
     assert "n/a episodes/min" in throughput_line(bench)
+
+
+def test_evaluate_can_show_another_number_of_hits_than_the_view(scripted_endpoint, built_index, papers, tmp_path):
+    """``--result-cap``: the policy's searches show at most that many hits (a trained policy seen through
+    another tool view than it was trained with); the report records the view it used."""
+    from arxivqa.evaluate import main
+
+    words = " ".join(papers[0].title.split()[:3])
+    call = json.dumps({"name": "keyword_search", "arguments": {"query": words}})
+    srv = scripted_endpoint(lambda body: f"<tool_call>\n{call}\n</tool_call>")
+    out = tmp_path / "eval"
+    for cap in (2, 1):
+        main(["--policy", f"openai:m@{srv.base_url}", "--queries", str(_queries(tmp_path, papers)), "--split", "all",
+              "--max-turns", "1", "--index", str(built_index.folder), "--out", str(out), "--name", f"cap{cap}",
+              "--result-cap", str(cap)])
+        report = json.loads((out / f"cap{cap}.json").read_text())
+        assert report["bench"]["env_kwargs"]["result_cap"] == cap
+        trajs = [json.loads(line) for line in (out / f"cap{cap}.trajectories.jsonl").read_text().splitlines()]
+        searches = [r for t in trajs for s in t["steps"] for r in s["results"] if r["name"] == "keyword_search"]
+        assert searches and all(1 <= len(r["hits"]) <= cap for r in searches)
+        assert max(len(r["hits"]) for r in searches) == cap
+    with pytest.raises(SystemExit):
+        main(["--policy", f"openai:m@{srv.base_url}", "--queries", str(_queries(tmp_path, papers)), "--result-cap", "0"])

@@ -426,9 +426,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--index", default=None,
                     help="index folder, name or search-service URL (default: the run's index with its embedder, else "
                          "the configured scale's index)")
+    ap.add_argument("--result-cap", type=int, default=None,
+                    help="hits a search shows (default: the view's, e.g. a run's tool_max_results): a trained policy "
+                         "seen through another tool view than it was trained with")
     ap.add_argument("--name", default=None, help="output name (default: derived from the policy)")
     ap.add_argument("--out", default=None, help="folder (default: <results>/eval)")
     a = ap.parse_args(argv)
+    if a.result_cap is not None and a.result_cap < 1:
+        ap.error("--result-cap must be at least 1")
     policies = a.policy or ["local"]
 
     queries = select_queries(a.queries, a.split, a.limit).queries
@@ -437,6 +442,8 @@ def main(argv: list[str] | None = None) -> None:
     # a trained run: the prompt, tool view, budgets and index of its rollouts
     view_from = (a.view and f"run:{a.view.removeprefix('run:')}") or next((p for p in policies if p.startswith("run:")), None)
     view = run_view(view_from or "")
+    if a.result_cap is not None:
+        view["env_kwargs"] = {**(view.get("env_kwargs") or {}), "result_cap": a.result_cap}
     index = open_index_spec(a.index or view.get("index_spec"), embedder=view.get("embedder"))
     base = view.get("budgets") or Budgets()
     budgets = Budgets(*(given if given is not None else default for given, default in
@@ -462,7 +469,7 @@ def main(argv: list[str] | None = None) -> None:
     save_trajectories(out / f"{name}.trajectories.jsonl", trajs)
     per_query, table, by_diff, bench = evaluate_trajectories(trajs, index, queries, sum(walls.values()))
     bench |= {"scale": config.scale(), "queries": a.queries or "queries_train.jsonl", "split": a.split,
-              "policies": policies, "view": view_from,
+              "policies": policies, "view": view_from, "env_kwargs": view.get("env_kwargs"),
               "budgets": dataclasses.asdict(budgets), "embedder": view.get("embedder") or settings().embedder,
               "episodes_per_minute_by_policy": {p: 60 * len(queries) / w for p, w in walls.items() if w},
               "run_steps": run_steps(policies)}
