@@ -253,9 +253,11 @@ def _(heldout_of_run, info, mo, pd, plural, save_table):
         for _i, _e in enumerate(_found):
             _t = _e["table"] if _i == 0 else _e["table"][~_e["table"]["method"].str.startswith("one-shot")]
             _rows.append(_t.assign(evaluation=_e["file"],
-                                   steps=[_e["steps"] if str(m).startswith("run:") else None for m in _t["method"]]))
+                                   steps=[_e["steps"] if str(m).startswith("run:") else None for m in _t["method"]],
+                                   hits=(f"{_e['result_cap_override']} (not the run's)" if _e["result_cap_override"]
+                                         else "the run's")))
         _all = pd.concat(_rows, ignore_index=True)
-        _cols = [c for c in ["method", "steps", "evaluation", "n", "recall@10", "recall@10 95% CI", "search_recall",
+        _cols = [c for c in ["method", "steps", "evaluation", "hits", "n", "recall@10", "recall@10 95% CI", "search_recall",
                              "finished", "unreadable_share", "tool_calls", "distinct_tools", "turns", "tokens"] if c in _all]
         heldout = _all[_cols]
         save_table(heldout, "04_heldout")
@@ -268,7 +270,8 @@ def _(heldout_of_run, info, mo, pd, plural, save_table):
     `results/eval/{_h['file']}`: {_when}, on {_b.get('episodes', 0) // max(1, len(_b.get('policies') or [1]))} `{_b.get('split')}`
     queries of `{_b.get('queries')}` ({_b.get('scale')} index, embedder `{_b.get('embedder')}`), every policy with the run's
     prompt, tool view and budgets, next to the one-shot baselines on the same queries (95 % bootstrap intervals);
-    below them the agents of earlier evaluations of this run ({len(_found) - 1}), with the steps of the adapter they saw.
+    below them the agents of earlier evaluations of this run ({len(_found) - 1}), with the steps of the adapter they saw
+    (`hits`: the hits a search showed — the run's own view, or another one given by `--result-cap`).
     """), mo.ui.table(heldout, selection=None)])
     else:
         _out = mo.md(f"_No held-out evaluation of `{info.name}` under `results/eval/` yet: `python -m arxivqa.evaluate "

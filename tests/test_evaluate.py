@@ -151,3 +151,9 @@ def test_a_runs_evaluations_come_latest_steps_first_whatever_the_file_times(tmp_
     write("at70", 70, 2e9)
     assert [f["file"] for f in heldout_of_run("r", tmp_path)] == ["at100.json", "at70.json", "at40.json",
                                                                  "before-steps-were-kept.json"]
+    # the same adapter seen with more hits a search (--result-cap) is another view: after the run's own
+    bench = {"policies": ["run:results/runs/r"], "run_steps": {"run:results/runs/r": 100}, "result_cap_override": 10}
+    (tmp_path / "at100-hits10.json").write_text(json.dumps({"bench": bench, "table": [{"method": "run:r", "recall@10": 0.1}]}))
+    found = heldout_of_run("r", tmp_path)
+    assert found[0]["file"] == "at100.json" and found[-1]["file"] == "at100-hits10.json"
+    assert found[-1]["result_cap_override"] == 10 and found[0]["result_cap_override"] is None

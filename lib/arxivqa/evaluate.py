@@ -251,8 +251,10 @@ def run_steps(policies: Sequence[str]) -> dict[str, int]:
 def heldout_of_run(run_name: str, folder=None) -> list[dict]:
     """The evaluations under ``folder`` (default ``<results>/eval``) that include the run ``run_name``
     (``python -m arxivqa.evaluate --policy run:<run> ...``), the run's latest steps first (then the newest
-    file; a fresh clone's file times are those of the checkout, not of the evaluations): each its file
-    name, table, bench and the run's steps at the time (``run_steps``; None for evaluations written before it)."""
+    file; a fresh clone's file times are those of the checkout, not of the evaluations), those that showed
+    the policy another number of hits (``--result-cap``) after those with the run's own view: each its file
+    name, table, bench, the run's steps at the time (``run_steps``; None for evaluations written before it)
+    and ``result_cap_override``."""
     import json
     from pathlib import Path
 
@@ -272,8 +274,10 @@ def heldout_of_run(run_name: str, folder=None) -> list[dict]:
         mine = [p for p in specs if policy_key(p) == policy_key(f"run:{run_name}")]
         if mine and report.get("table"):
             found.append({"file": path.name, "table": pd.DataFrame(report["table"]), "bench": bench,
-                          "steps": (bench.get("run_steps") or {}).get(mine[0])})
-    return sorted(found, key=lambda f: -1 if f["steps"] is None else -f["steps"])  # stable: the newest first among equals
+                          "steps": (bench.get("run_steps") or {}).get(mine[0]),
+                          "result_cap_override": bench.get("result_cap_override")})
+    # the run seen through its own tool view first (an evaluation with --result-cap is another view), then by steps
+    return sorted(found, key=lambda f: (f["result_cap_override"] is not None, -1 if f["steps"] is None else -f["steps"]))
 
 
 def eval_queries(path: str | None = None, split: str | None = None, limit: int | None = None):
@@ -470,6 +474,7 @@ def main(argv: list[str] | None = None) -> None:
     per_query, table, by_diff, bench = evaluate_trajectories(trajs, index, queries, sum(walls.values()))
     bench |= {"scale": config.scale(), "queries": a.queries or "queries_train.jsonl", "split": a.split,
               "policies": policies, "view": view_from, "env_kwargs": view.get("env_kwargs"),
+              "result_cap_override": a.result_cap,
               "budgets": dataclasses.asdict(budgets), "embedder": view.get("embedder") or settings().embedder,
               "episodes_per_minute_by_policy": {p: 60 * len(queries) / w for p, w in walls.items() if w},
               "run_steps": run_steps(policies)}
