@@ -207,6 +207,7 @@ def test_a_packaged_gguf_converts_to_a_checkpoint_with_the_same_outputs(tmp_path
     monkeypatch.setenv("ARXIVQA_MODELS_DIR", str(tmp_path))
     folder = models.prepare_model("smollm2-135m-instruct")
     assert folder == tmp_path / "smollm2-135m-instruct" and not (tmp_path / "smollm2-135m-instruct.tmp").exists()
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     plain = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
     gguf = tmp_path / "gguf" / "smollm2-135m-instruct.gguf"
     reference = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32).eval()

@@ -152,6 +152,7 @@ def prepare_model(name: str = DEFAULT_MODEL, force: bool = False) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     cfg.dtype = spec.dtype
+    cfg.architectures = [type(quantised).__name__]  # what save_pretrained would write (`transformers serve` needs it)
     cfg.save_pretrained(str(tmp))
     save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     if quantised.generation_config is not None:
