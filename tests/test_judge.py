@@ -383,3 +383,18 @@ def test_a_probability_judge_can_be_the_training_judge_of_a_rar_run(tiny_qwen):
         rar_scorer(SimpleNamespace(judge_endpoint=f"blend:{tiny_qwen}", judge_rubric="query", rewards=None))
     name = run_folder(preset("cpu-demo", reward="rar", judge_endpoint="blend:qwen2.5-coder-0.5b-instruct")).name
     assert name.startswith("rar-cpu-demo-blend-qwen2.5-coder-0.5b-instruct-global-") and ":" not in name
+
+
+def test_reusing_the_shared_prompt_head_changes_no_score(tiny_qwen):
+    from arxivqa.judge import ProbabilityJudge
+
+    trajs = [traj(submitted=("2501.00001", "2501.00002", "2501.09999")),
+             traj(reasoning="I will search once and stop.", submitted=("2501.00002",)), traj(submitted=None)]
+    for scoring in ("expected", "docs", "blend"):
+        fast, plain = ProbabilityJudge(tiny_qwen, scoring), ProbabilityJudge(tiny_qwen, scoring, reuse_prefix=False)
+        for a, b in zip(fast.score_batch(trajs), plain.score_batch(trajs)):
+            assert a.score == pytest.approx(b.score, abs=2e-3) and not a.fallback
+        # the rubric's system message is encoded once and kept; the per-paper heads are not kept
+        assert len(fast._prefixes) == (0 if scoring == "docs" else 1) and not plain._prefixes
+    # a batch whose texts do not all begin with the head is left to the plain path
+    assert fast._after_shared_head(["BEGIN a", "other b"], "BEGIN") is None

@@ -424,7 +424,8 @@ class ProbabilityJudge:
 
     - ``scoring="expected"`` (G-Eval): the rubric as system message, the trajectory as user message, the
       answer begun as ``{"holistic": `` and the score the expected holistic over the digits' probabilities
-      (1–9 from the next token; a "1" is followed once more to split 1 from 10), mapped to [0, 1].
+      (1–9 from the next token; the next token after a "1", read from the same pass, splits 1 from 10),
+      mapped to [0, 1].
     - ``scoring="yesno"``: one question per criterion (``YESNO_QUESTIONS``) after the same trajectory, the
       score the mean over criteria of P(yes) / (P(yes) + P(no)); the trajectory's tokens are encoded once
       and their cache reused by the four questions.
@@ -442,11 +443,18 @@ class ProbabilityJudge:
     nothing the policy wrote.
 
     Nothing is parsed, so nothing falls back: ``fallbacks`` stays 0 unless the input is too long.
+
+    ``reuse_prefix`` (default on) encodes what prompts share once and keeps its cache: the rubric's
+    system message (the same for every ``expected`` judgment) and the per-paper prompts' common head
+    (system message and request: kept for the trajectories of one request in a ``score_batch``, a GRPO
+    group's), whose papers then run as one right-padded batch after it.
+    Only the order of the arithmetic changes (a prefix is used only where the prompt's tokens begin with
+    it, checked each time); ``reuse_prefix=False`` is the plain path, kept to check against.
     """
 
     def __init__(self, model: str, scoring: Literal["expected", "yesno", "docs", "blend"] = "expected", rubric: str = RUBRIC,
                  max_prompt_tokens: int = 6144, sanitise: bool = True, dtype: str = "auto",
-                 paper_text: Literal["title", "abstract"] = "title", abstracts=None) -> None:
+                 paper_text: Literal["title", "abstract"] = "title", abstracts=None, reuse_prefix: bool = True) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -472,6 +480,9 @@ class ProbabilityJudge:
         self._no = {tok(w, add_special_tokens=False).input_ids[0] for w in ("no", "No", " no", " No")}
         self.fallbacks = 0
         self.judged = 0
+        self.reuse_prefix = reuse_prefix
+        self._prefixes: dict[str, tuple] = {}  # chat text before the user's content -> (ids, cache)
+        self._request_heads: dict = {}
 
     def _ids(self, messages: list[dict], answer_prefix: str = ""):
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + answer_prefix
@@ -482,22 +493,57 @@ class ProbabilityJudge:
             raise ValueError(f"judge prompt of {ids.shape[1]} tokens > max_prompt_tokens {self.max_prompt_tokens}")
         return ids
 
-    def _next_probs(self, ids, past=None):
+    def _next_probs(self, ids, past=None, last: int = 1):
+        """The next-token distribution after ``ids`` (after each of its ``last`` positions when ``last`` > 1)
+        and the cache."""
         import torch
 
         with torch.no_grad():
-            out = self.model(input_ids=ids, cache=past, use_cache=True)
-        return torch.softmax(out.logits[0, -1].float(), dim=-1), out.cache
+            out = self.model(input_ids=ids, cache=past, use_cache=True, logits_to_keep=last)
+        probs = torch.softmax(out.logits[0, -last:].float(), dim=-1)
+        return (probs[-1] if last == 1 else probs), out.cache
+
+    def _head(self, messages: list[dict]) -> str:
+        """The chat text of ``messages`` up to where the last message's content begins."""
+        marker = "\x00ARXIVQA-CONTENT\x00"
+        text = self.tokenizer.apply_chat_template([*messages[:-1], {**messages[-1], "content": marker}], tokenize=False)
+        return text[: text.index(marker)]
+
+    def _cached(self, head: str, keep: bool):
+        """(ids, cache) of ``head``; kept for later prompts when ``keep`` (a judge's constant system message)."""
+        if head in self._prefixes:
+            return self._prefixes[head]
+        ids = self.tokenizer(head, return_tensors="pt", add_special_tokens=False).input_ids
+        _, past = self._next_probs(ids)
+        if keep:
+            self._prefixes[head] = (ids, past)
+        return ids, past
+
+    def _probs_after_head(self, ids, head: str, last: int = 1):
+        """``_next_probs(ids, last=last)``, with the cache of ``head``'s tokens (kept per judge) where ``ids``
+        begin with them."""
+        import copy
+
+        import torch
+
+        if self.reuse_prefix:
+            hids, past = self._cached(head, keep=True)
+            n = hids.shape[1]
+            if ids.shape[1] > n + last and torch.equal(ids[:, :n], hids):
+                return self._next_probs(ids[:, n:], copy.deepcopy(past), last)
+        return self._next_probs(ids, last=last)
 
     def expected_holistic(self, traj: Trajectory) -> float:
         """The expected holistic score (1–10) the model gives ``traj``."""
         import torch
 
-        ids = self._fits(self._ids(render_for_judge(traj, self.rubric, sanitise=self.sanitise), '{"holistic": '))
-        probs, past = self._next_probs(ids)
+        messages = render_for_judge(traj, self.rubric, sanitise=self.sanitise)
+        ids = self._fits(self._ids(messages, '{"holistic": '))
+        # the answer's "1" is appended: one pass gives the digit after the prefix and what follows a "1"
+        ids = torch.cat([ids, torch.tensor([[self._digits[1]]])], dim=1)
+        (probs, after_one), _ = self._probs_after_head(ids, self._head(messages), last=2)
         p = torch.stack([probs[self._digits[d]] for d in range(1, 10)])
         p = p / p.sum()
-        after_one, _ = self._next_probs(torch.tensor([[self._digits[1]]]), past)
         ten = float(after_one[self._digits[0]])  # P("0" | "1"): the score was 10, not 1
         values = torch.arange(1, 10, dtype=torch.float32)
         return float((p * values).sum() + p[0] * ten * 9.0)
@@ -545,14 +591,56 @@ class ProbabilityJudge:
             [{"role": "system", "content": system},
              {"role": "user", "content": f"BEGIN\nRequest: {request}\n{paper}\nEND\n{DOCS_QUESTION}"}],
             tokenize=False, add_generation_prompt=True) for paper in papers]
+        if self.reuse_prefix:
+            head = self._head([{"role": "system", "content": system}, {"role": "user", "content": ""}])
+            logits = self._after_shared_head(texts, head + f"BEGIN\nRequest: {request}\n", self._request_heads)
+            if logits is not None:
+                return [self._yes_share(p) for p in torch.softmax(logits, dim=-1)]
         batch = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         self._fits(batch.input_ids)
         with torch.no_grad():
-            logits = self.model(**batch).logits[:, -1].float()
+            logits = self.model(**batch, logits_to_keep=1).logits[:, -1].float()
         return [self._yes_share(p) for p in torch.softmax(logits, dim=-1)]
+
+    def _after_shared_head(self, texts: list[str], head: str, heads: dict | None = None):
+        """The next-token logits after each of ``texts``, which all begin with ``head``: ``head`` encoded once
+        (its cache kept in ``heads``, when given, for the next texts with the same head), the rest as one
+        right-padded batch after its cache. None where a text's tokens do not begin with ``head``'s (the
+        caller then encodes each text whole)."""
+        import copy
+
+        import torch
+
+        rows = [self.tokenizer(t, add_special_tokens=False).input_ids for t in texts]
+        hids = self.tokenizer(head, add_special_tokens=False).input_ids
+        n = len(hids)
+        if not all(len(r) > n and r[:n] == hids for r in rows):
+            return None
+        if max(map(len, rows)) > self.max_prompt_tokens:
+            raise ValueError(f"judge prompt of {max(map(len, rows))} tokens > max_prompt_tokens {self.max_prompt_tokens}")
+        if heads is not None and head in heads:
+            past = copy.deepcopy(heads[head])
+        else:
+            _, past = self._next_probs(torch.tensor([hids]))
+            if heads is not None:
+                heads[head] = copy.deepcopy(past)
+        tails = [r[n:] for r in rows]
+        width = max(map(len, tails))
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([t + [pad] * (width - len(t)) for t in tails])
+        mask = torch.cat([torch.ones(len(rows), n, dtype=torch.long),
+                          torch.tensor([[1] * len(t) + [0] * (width - len(t)) for t in tails])], dim=1)
+        past.batch_repeat_interleave(len(rows))
+        last = [len(t) - 1 for t in tails]
+        keep = sorted(set(last))
+        with torch.no_grad():
+            out = self.model(input_ids=ids, attention_mask=mask, cache=past, use_cache=True,
+                             logits_to_keep=torch.tensor(keep))
+        return out.logits[torch.arange(len(rows)), torch.tensor([keep.index(i) for i in last])].float()
 
     def score_batch(self, trajs: Sequence[Trajectory], desc: str | None = None) -> list[JudgeResult]:
         results = []
+        self._request_heads = {}  # the per-paper prompts' heads, shared by a batch's trajectories of one request
         for t in trajs:
             try:
                 if self.scoring in ("docs", "blend"):
