@@ -194,13 +194,21 @@ def _(config, mo, pd, save):
             f"{_pct(_t['tied_above_zero']['judge_separates'])}.\n"
             f"- Groups with reward variance (a GRPO gradient): RLVR {_pct(_v['rlvr']['nonzero_variance'])}, "
             f"RaR on the same rollouts {_pct(_v['rar']['nonzero_variance'])} of {_v['rlvr']['groups']}; mean "
-            f"within-group std {_v['rlvr']['mean_std']:.3f} vs {_v['rar']['mean_std']:.3f}.\n\n"
-            "Whether the judge's separations are *right* is the validity question of notebook 06 "
+            f"within-group std {_v['rlvr']['mean_std']:.3f} vs {_v['rar']['mean_std']:.3f}.\n"
+            + (f"- Of those groups, the {_v['all_passed_groups']['rar']['groups']} groups whose every rollout passed the "
+               f"gates, where RaR's variance is the judge's own and not a gate's 0 against its siblings: RLVR "
+               f"{_pct(_v['all_passed_groups']['rlvr']['nonzero_variance'])}, RaR "
+               f"{_pct(_v['all_passed_groups']['rar']['nonzero_variance'])}; mean within-group std "
+               f"{_v['all_passed_groups']['rlvr']['mean_std']:.3f} vs {_v['all_passed_groups']['rar']['mean_std']:.3f}.\n"
+               if "all_passed_groups" in _v else "")
+            + "\n"
+            + "Whether the judge's separations are *right* is the validity question of notebook 06 "
             "(`results/judge_validity.json`): a judge that separates ties at random adds variance, not signal.")
         _out = mo.vstack([mo.md("## Why recall is a noisy reward (measured)"), mo.md(_text), _fig])
     else:
         _out = mo.md("## Why recall is a noisy reward\n\n_No `results/reward_noise.json` yet: "
-                     "`python -m arxivqa.bench reward-noise --judge expected:qwen2.5-coder-0.5b-instruct`._")
+                     "`python -m arxivqa.bench reward-noise --judge blend:qwen2.5-coder-1.5b-instruct` (after `make "
+                     "setup-judge`; any judge name works)._")
     _out
     return
 

@@ -155,9 +155,22 @@ def test_tie_separation_counts_with_their_n():
     assert t["by_detector"] == {"rephrasing": 2, "no_exploration": 1}
 
 
+def _rows_csv(tmp_path, rows):
+    path = tmp_path / "rows.csv"
+    rows.to_csv(path, index=False)
+    return path
+
+
 def test_group_variance_per_regime():
     frame = NOISE.assign(rar=[0.1, 0.5, 0.15, 0.9, 0.1, 0.3, 0.3])
     groups = group_variance(frame, {"rlvr": "rlvr", "rar": "rar"})
+    assert "all_passed" not in groups and "all_passed_groups" not in variance_summary(groups, ("rar",))
+    # with the gates: groups 1 and 3 passed throughout, group 2 had a failure
+    gated = group_variance(frame.assign(ok=[1, 1, 1, 0, 1, 1, 1]), {"rlvr": "rlvr", "rar": "rar"}, passed="ok")
+    assert gated["all_passed"].tolist() == [True, False, True]
+    within = variance_summary(gated, ("rlvr", "rar"))["all_passed_groups"]
+    assert within["rar"]["groups"] == 2 and within["rar"]["nonzero_variance"]["n"] == 1  # group 1 only
+    assert within["rlvr"]["nonzero_variance"]["n"] == 1  # group 3
     assert groups["rollouts"].tolist() == [3, 2, 2]
     assert groups["rlvr_std"].tolist()[:2] == [0.0, 0.0] and groups["rlvr_std"].iloc[2] == pytest.approx(0.25)
     assert groups["rar_std"].iloc[2] == 0.0 and groups["rar_std"].iloc[1] == pytest.approx(0.4)
@@ -194,6 +207,18 @@ def test_reward_noise_measured_on_a_run_folder(tmp_path):
     assert table["rar"].iloc[2] < table["rar"].iloc[1] < table["rar"].iloc[0]
     assert json.loads((out / "reward_noise.json").read_text())["variance"]["rar"]["nonzero_variance"]["n"] == 1
     assert (out / "reward_noise.png").stat().st_size > 0
+    assert table["gates_passed"].tolist() == [1.0, 1.0, 0.0]
+    # the one group has a rollout that failed a gate: no group where the variance is the judge's alone
+    assert report["variance"]["all_passed_groups"]["rar"]["groups"] == 0
+    # the scores read back from the table: the same report, no judge asked
+    again = tmp_path / "again"
+    again.mkdir()
+    read = bench_reward_noise("fixed", [str(run)], out_dir=again, scores=out / "reward_noise_rollouts.csv")
+    assert json.dumps(read["ties"]) == json.dumps(report["ties"])  # NaN shares compare as text
+    assert json.dumps(read["variance"]) == json.dumps(report["variance"])
+    assert read["scores_read_from"] == "reward_noise_rollouts.csv"
+    with pytest.raises(ValueError, match="does not hold the scores"):
+        bench_reward_noise("fixed", [str(run)], out_dir=again, scores=_rows_csv(tmp_path, table.iloc[:2]))
 
 
 def test_the_reward_noise_figure_reads_the_measurement():

@@ -180,19 +180,32 @@ def tie_separation(pairs: pd.DataFrame) -> dict:
     return out
 
 
-def group_variance(frame: pd.DataFrame, regimes: Mapping[str, str], group: Sequence[str] = GROUP) -> pd.DataFrame:
+def group_variance(frame: pd.DataFrame, regimes: Mapping[str, str], group: Sequence[str] = GROUP,
+                   passed: str | None = None) -> pd.DataFrame:
     """Per group, the standard deviation of each regime's reward over its rollouts (``regimes``: name →
-    column); a group with a non-zero std gives GRPO a gradient under that regime."""
-    _check(frame, (*group, *regimes.values()))
+    column); a group with a non-zero std gives GRPO a gradient under that regime. With ``passed`` (a
+    column, 1 where a rollout passed every gate) ``all_passed`` says whether every rollout of the group
+    did: there a regime's variance is its score's own, not a gate's 0 against its siblings."""
+    _check(frame, (*group, *regimes.values(), *([passed] if passed else [])))
     g = frame.groupby(list(group), sort=False)
     out = g.size().rename("rollouts").to_frame()
     for name, col in regimes.items():
         out[f"{name}_std"] = g[col].std(ddof=0)
         out[f"{name}_mean"] = g[col].mean()
+    if passed:
+        out["all_passed"] = g[passed].min().astype(float) >= 1.0
     return out.reset_index()
 
 
 def variance_summary(groups: pd.DataFrame, regimes: Sequence[str]) -> dict:
-    """Per regime: groups, the share with non-zero reward variance (its n) and the mean within-group std."""
-    return {r: {"groups": len(groups), "nonzero_variance": _share(groups[f"{r}_std"] > 1e-9),
-                "mean_std": float(groups[f"{r}_std"].mean()) if len(groups) else float("nan")} for r in regimes}
+    """Per regime: groups, the share with non-zero reward variance (its n) and the mean within-group std;
+    where ``groups`` has ``all_passed``, the same over the groups whose every rollout passed the gates
+    (``all_passed_groups``)."""
+    def summary(gs):
+        return {r: {"groups": len(gs), "nonzero_variance": _share(gs[f"{r}_std"] > 1e-9),
+                    "mean_std": float(gs[f"{r}_std"].mean()) if len(gs) else float("nan")} for r in regimes}
+
+    out = summary(groups)
+    if "all_passed" in groups:
+        out["all_passed_groups"] = summary(groups[groups["all_passed"]])
+    return out

@@ -503,14 +503,46 @@ def bench_judge_safety(endpoint: str | None = None, run: str | None = None, n_tr
     return out
 
 
+class _ScoresRead:
+    """A judge whose scores were measured before: the rows of a ``reward_noise_rollouts.csv``, handed out
+    run by run in the order the runs' rollouts are read (``expect`` checks each row's step and query)."""
+
+    def __init__(self, path: Path, judge_spec: str) -> None:
+        import pandas as pd
+
+        self.path, self.table = Path(path), pd.read_csv(path)
+        self.name, self._rows = judge_spec, None
+
+    def expect(self, run: str, rollouts) -> None:
+        rows = self.table[self.table["run"] == run].reset_index(drop=True)
+        same = (len(rows) == len(rollouts) and (rows["step"].to_numpy() == rollouts["step"].to_numpy()).all()
+                and (rows["qid"].astype(str).to_numpy() == rollouts["qid"].astype(str).to_numpy()).all())
+        if not same:
+            raise ValueError(f"{self.path} does not hold the scores of run {run}'s {len(rollouts)} rollouts "
+                             f"(it has {len(rows)} rows for it, or their steps or queries differ): judge again without --scores")
+        self._rows = rows
+
+    def score_batch(self, trajs, desc=None):
+        from .judge import JudgeResult
+
+        rows, self._rows = self._rows, None
+        if rows is None or len(rows) != len(trajs):
+            raise ValueError("scores are handed out per run, after expect(run, rollouts)")
+        return [JudgeResult(score=float(r.judge_score), fallback=bool(r.fallback)) for r in rows.itertuples()]
+
+
 def bench_reward_noise(judge_spec: str, runs: Sequence[str] | None = None, margin: float | None = None,
-                       out_dir: Path | None = None, judge=None) -> dict:
+                       out_dir: Path | None = None, judge=None, scores: Path | None = None) -> dict:
     """Why recall is a noisy reward, measured on real training rollouts (``results/reward_noise.json``,
     ``results/reward_noise_rollouts.csv``, the figure ``results/reward_noise.png``): every rollout of the committed ``runs`` (default: every
     committed RLVR run) gets the reward it trained on (RLVR) and, counterfactually, the RaR reward the
     judge ``judge_spec`` gives it under the same gates and settings; then, within each group (one prompt
     in one step), the pairs RLVR ties and whether the judge or the failure-mode detectors separate them
-    (``ablations.rollout_pairs``), and each regime's reward variance per group (``ablations.group_variance``)."""
+    (``ablations.rollout_pairs``), and each regime's reward variance per group (``ablations.group_variance``),
+    also over the groups whose every rollout passed the gates (there RaR's variance is the judge's own).
+
+    ``scores``: a ``reward_noise_rollouts.csv`` this judge already wrote for the same runs; its judge
+    scores are read back (checked row by row against the runs' steps and queries) instead of judging again."""
     import pandas as pd
 
     from .ablations import HOLISTIC_POINT, group_variance, rollout_pairs, tie_separation, variance_summary
@@ -524,33 +556,39 @@ def bench_reward_noise(judge_spec: str, runs: Sequence[str] | None = None, margi
     folders = [Path(find_run_folder(r)) for r in runs] if runs else [r.path for r in committed_runs(reward="rlvr")]
     if not folders:
         raise ValueError("no run to measure: pass --runs, or commit an RLVR run under results/runs/")
-    judge = judge or make_judge(judge_spec)
+    judge = judge or (_ScoresRead(scores, judge_spec) if scores else make_judge(judge_spec))
     frames, sources = [], []
     for folder in folders:
         run = load_run(folder)
         trajs = [t for _, t in run["trajectories"]]
         cfg = RewardConfig.model_validate(run["config"].get("rewards", {}))
+        if isinstance(judge, _ScoresRead):
+            judge.expect(folder.name, run["rollouts"])
         results = judge.score_batch(trajs)
         f = run["rollouts"].copy()
         f.insert(0, "run", folder.name)
         f["rlvr"] = f["reward/total"].astype(float)
         f["judge_score"] = [r.score for r in results]
         f["fallback"] = [r.fallback for r in results]
-        f["rar"] = [rar_components(t, r, cfg)[0] for t, r in zip(trajs, results)]
+        comps = [rar_components(t, r, cfg) for t, r in zip(trajs, results)]
+        f["rar"] = [total for total, _ in comps]
+        f["gates_passed"] = [c["gates_passed"] for _, c in comps]
         frames.append(f)
         sources.append({"run": folder.name, "rollouts": len(f), "steps": int(f["step"].nunique()),
                         "model": run["config"].get("model"), "seed": run["config"].get("seed")})
     frame = pd.concat(frames, ignore_index=True)
     pairs = rollout_pairs(frame, "rlvr", "judge_score", margin)
-    groups = group_variance(frame, {"rlvr": "rlvr", "rar": "rar", "judge": "judge_score"})
+    groups = group_variance(frame, {"rlvr": "rlvr", "rar": "rar", "judge": "judge_score"}, passed="gates_passed")
     report = {"judge": judge_spec, "margin": margin, "runs": sources, "rollouts": len(frame),
               "fallbacks": int(frame["fallback"].sum()), "groups": len(groups),
               "judge_score_spread": {"min": float(frame["judge_score"].min()), "max": float(frame["judge_score"].max()),
                                      "std": float(frame["judge_score"].std(ddof=0))},
               "ties": tie_separation(pairs),
               "variance": variance_summary(groups, ("rlvr", "rar", "judge")), "machine": _machine()}
+    if scores:
+        report["scores_read_from"] = Path(scores).name
     out = out_dir or config.results_dir()
-    keep = ["run", "step", "qid", "rlvr", "rar", "judge_score", "fallback", "search_recall",
+    keep = ["run", "step", "qid", "rlvr", "rar", "judge_score", "fallback", "gates_passed", "search_recall",
             *[c for c in frame.columns if c.startswith("fm_")]]
     atomic_write_text(out / "reward_noise_rollouts.csv", frame[keep].to_csv(index=False))
     atomic_write_text(out / "reward_noise.json", json.dumps(report, indent=1) + "\n")
@@ -617,9 +655,12 @@ def main(argv: list[str] | None = None) -> None:
     n.add_argument("--runs", nargs="+", default=None, help="run folders or names (default: every committed RLVR run)")
     n.add_argument("--margin", type=float, default=None, help="score gap that separates two rollouts (default: one holistic point, 1/9)")
     n.add_argument("--out", default=None)
+    n.add_argument("--scores", default=None, help="a reward_noise_rollouts.csv of this judge on the same runs: "
+                                                   "its scores are read back instead of judging again")
     a = ap.parse_args(argv)
     if a.cmd == "reward-noise":
-        bench_reward_noise(a.judge, a.runs, a.margin, out_dir=Path(a.out) if a.out else None)
+        bench_reward_noise(a.judge, a.runs, a.margin, out_dir=Path(a.out) if a.out else None,
+                           scores=Path(a.scores) if a.scores else None)
         return
     if a.cmd == "servers":
         bench_servers(a.limit, a.window, a.budgets, a.model, tuple(p for p in a.paths.split(",") if p), a.queries,
