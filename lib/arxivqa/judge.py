@@ -446,8 +446,8 @@ class ProbabilityJudge:
 
     ``reuse_prefix`` (default on) encodes what prompts share once and keeps its cache: the rubric's
     system message (the same for every ``expected`` judgment) and the per-paper prompts' common head
-    (system message and request: kept for the trajectories of one request in a ``score_batch``, a GRPO
-    group's), whose papers then run as one right-padded batch after it.
+    (system message and request: kept while a ``score_batch``'s trajectories of one request follow each
+    other, as a GRPO group's do), whose papers then run as one right-padded batch after it.
     Only the order of the arithmetic changes (a prefix is used only where the prompt's tokens begin with
     it, checked each time); ``reuse_prefix=False`` is the plain path, kept to check against.
     """
@@ -509,15 +509,12 @@ class ProbabilityJudge:
         text = self.tokenizer.apply_chat_template([*messages[:-1], {**messages[-1], "content": marker}], tokenize=False)
         return text[: text.index(marker)]
 
-    def _cached(self, head: str, keep: bool):
-        """(ids, cache) of ``head``; kept for later prompts when ``keep`` (a judge's constant system message)."""
-        if head in self._prefixes:
-            return self._prefixes[head]
-        ids = self.tokenizer(head, return_tensors="pt", add_special_tokens=False).input_ids
-        _, past = self._next_probs(ids)
-        if keep:
-            self._prefixes[head] = (ids, past)
-        return ids, past
+    def _cached(self, head: str):
+        """(ids, cache) of ``head`` (a judge's constant system message), encoded once and kept."""
+        if head not in self._prefixes:
+            ids = self.tokenizer(head, return_tensors="pt", add_special_tokens=False).input_ids
+            self._prefixes[head] = (ids, self._next_probs(ids)[1])
+        return self._prefixes[head]
 
     def _probs_after_head(self, ids, head: str, last: int = 1):
         """``_next_probs(ids, last=last)``, with the cache of ``head``'s tokens (kept per judge) where ``ids``
@@ -527,7 +524,7 @@ class ProbabilityJudge:
         import torch
 
         if self.reuse_prefix:
-            hids, past = self._cached(head, keep=True)
+            hids, past = self._cached(head)
             n = hids.shape[1]
             if ids.shape[1] > n + last and torch.equal(ids[:, :n], hids):
                 return self._next_probs(ids[:, n:], copy.deepcopy(past), last)
@@ -604,7 +601,7 @@ class ProbabilityJudge:
 
     def _after_shared_head(self, texts: list[str], head: str, heads: dict | None = None):
         """The next-token logits after each of ``texts``, which all begin with ``head``: ``head`` encoded once
-        (its cache kept in ``heads``, when given, for the next texts with the same head), the rest as one
+        (its cache kept in ``heads``, when given, until texts with another head come), the rest as one
         right-padded batch after its cache. None where a text's tokens do not begin with ``head``'s (the
         caller then encodes each text whole)."""
         import copy
@@ -622,7 +619,8 @@ class ProbabilityJudge:
             past = copy.deepcopy(heads[head])
         else:
             _, past = self._next_probs(torch.tensor([hids]))
-            if heads is not None:
+            if heads is not None:  # one head at a time: a group's rollouts come together
+                heads.clear()
                 heads[head] = copy.deepcopy(past)
         tails = [r[n:] for r in rows]
         width = max(map(len, tails))
