@@ -503,32 +503,18 @@ def bench_judge_safety(endpoint: str | None = None, run: str | None = None, n_tr
     return out
 
 
-class _ScoresRead:
-    """A judge whose scores were measured before: the rows of a ``reward_noise_rollouts.csv``, handed out
-    run by run in the order the runs' rollouts are read (``expect`` checks each row's step and query)."""
+def _scores_read(path: Path, table, run: str, rollouts) -> list:
+    """The judge results kept for ``run``'s rollouts in ``table`` (``path``, a ``reward_noise_rollouts.csv``), checked
+    row by row against the rollouts' steps and queries."""
+    from .judge import JudgeResult
 
-    def __init__(self, path: Path, judge_spec: str) -> None:
-        import pandas as pd
-
-        self.path, self.table = Path(path), pd.read_csv(path)
-        self.name, self._rows = judge_spec, None
-
-    def expect(self, run: str, rollouts) -> None:
-        rows = self.table[self.table["run"] == run].reset_index(drop=True)
-        same = (len(rows) == len(rollouts) and (rows["step"].to_numpy() == rollouts["step"].to_numpy()).all()
-                and (rows["qid"].astype(str).to_numpy() == rollouts["qid"].astype(str).to_numpy()).all())
-        if not same:
-            raise ValueError(f"{self.path} does not hold the scores of run {run}'s {len(rollouts)} rollouts "
-                             f"(it has {len(rows)} rows for it, or their steps or queries differ): judge again without --scores")
-        self._rows = rows
-
-    def score_batch(self, trajs, desc=None):
-        from .judge import JudgeResult
-
-        rows, self._rows = self._rows, None
-        if rows is None or len(rows) != len(trajs):
-            raise ValueError("scores are handed out per run, after expect(run, rollouts)")
-        return [JudgeResult(score=float(r.judge_score), fallback=bool(r.fallback)) for r in rows.itertuples()]
+    rows = table[table["run"] == run].reset_index(drop=True)
+    same = (len(rows) == len(rollouts) and (rows["step"].to_numpy() == rollouts["step"].to_numpy()).all()
+            and (rows["qid"].astype(str).to_numpy() == rollouts["qid"].astype(str).to_numpy()).all())
+    if not same:
+        raise ValueError(f"{path} does not hold the scores of run {run}'s {len(rollouts)} rollouts "
+                         f"(it has {len(rows)} rows for it, or their steps or queries differ): judge again without --scores")
+    return [JudgeResult(score=float(r.judge_score), fallback=bool(r.fallback)) for r in rows.itertuples()]
 
 
 def bench_reward_noise(judge_spec: str, runs: Sequence[str] | None = None, margin: float | None = None,
@@ -556,15 +542,14 @@ def bench_reward_noise(judge_spec: str, runs: Sequence[str] | None = None, margi
     folders = [Path(find_run_folder(r)) for r in runs] if runs else [r.path for r in committed_runs(reward="rlvr")]
     if not folders:
         raise ValueError("no run to measure: pass --runs, or commit an RLVR run under results/runs/")
-    judge = judge or (_ScoresRead(scores, judge_spec) if scores else make_judge(judge_spec))
+    kept = pd.read_csv(scores) if scores else None
+    judge = judge or (None if scores else make_judge(judge_spec))
     frames, sources = [], []
     for folder in folders:
         run = load_run(folder)
         trajs = [t for _, t in run["trajectories"]]
         cfg = RewardConfig.model_validate(run["config"].get("rewards", {}))
-        if isinstance(judge, _ScoresRead):
-            judge.expect(folder.name, run["rollouts"])
-        results = judge.score_batch(trajs)
+        results = _scores_read(scores, kept, folder.name, run["rollouts"]) if scores else judge.score_batch(trajs)
         f = run["rollouts"].copy()
         f.insert(0, "run", folder.name)
         f["rlvr"] = f["reward/total"].astype(float)
