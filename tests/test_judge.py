@@ -91,6 +91,45 @@ def test_policy_text_cannot_change_the_judge_prompts_structure():
     assert user[user.index("\n" + END):] == clean_user[clean_user.index("\n" + END):]
 
 
+def _lines_block(user: str) -> list[dict]:
+    block = user[user.index(BEGIN) + len(BEGIN) + 1: user.index("\n" + END)]
+    return [json.loads(line) for line in block.split("\n")]
+
+
+def test_the_lines_layout_shows_the_same_view_in_fewer_characters_and_stays_escaped_data():
+    t = traj(reasoning="Look for sparse attention papers. " + INJECTION, query="sparse attention " + INJECTION)
+    t.steps.append(Step(turn=3, assistant=AssistantTurn(text=""), results=[]))  # neither reasoning nor a call: left out
+    user = render_for_judge(t, layout="lines")[1]["content"]
+    lines = user.split("\n")
+    assert lines.count(BEGIN) == 1 and lines.count(END) == 1 and "<" not in user and ">" not in user
+    rows = _lines_block(user)  # every line is one JSON object
+    doc = trajectory_document(t)
+    assert rows[0] == {"user_query": doc["user_query"]} and rows[-1] == {"submitted_titles": doc["submitted_titles"],
+                                                                        "stop": doc["stop"]}
+    calls = [r for r in rows if "tool" in r]
+    assert [c["tool"] for c in calls] == [c["tool"] for turn in doc["turns"] for c in turn["calls"]]
+    search = calls[0]
+    assert isinstance(search["arguments"], dict)  # an object, not an escaped string
+    hits = t.steps[0].results[0].hits
+    assert search["results"][0] == f"({hits[0].published}): {hits[0].title}"
+    assert not any(h.id in user for h in hits)  # the per-rollout IDs are not shown
+    assert [r["reasoning"] for r in rows if "reasoning" in r] == [turn["reasoning"] for turn in doc["turns"] if turn["reasoning"]]
+    assert len(rows) == 1 + 2 + 2 + 1 and len(doc["turns"]) == 3  # query, 2 reasonings, 2 calls, submission
+    assert REDACTED in rows[1]["reasoning"]  # defanged as in the json layout
+    assert len(user) < len(render_for_judge(t)[1]["content"])
+    with pytest.raises(ValueError, match="layout"):
+        render_for_judge(t, layout="yaml")
+
+
+def test_the_lines_layout_counts_a_finishs_ids_and_keeps_cut_arguments_as_text():
+    t = traj()
+    t.steps[1].results[0].arguments = {"paper_ids": ["P-00000001", "P-00000002"]}
+    t.steps[0].results[0].arguments = {"query": "sparse attention " * 100}  # cut to 300 characters: no longer JSON
+    calls = [r for r in _lines_block(render_for_judge(t, layout="lines")[1]["content"]) if "tool" in r]
+    assert calls[-1]["arguments"] == {"paper_ids": "2 IDs"}
+    assert isinstance(calls[0]["arguments"], str) and len(calls[0]["arguments"]) == 300
+
+
 def _answer(h):
     return json.dumps({"search_diversity": 2, "thoroughness": 2, "thoughtfulness": 2, "document_relevance": 2,
                        "holistic": h, "rationale": "ok"})
@@ -321,8 +360,8 @@ def test_the_per_paper_question_can_show_each_papers_abstract_from_the_corpus_no
     from arxivqa.judge import (ABSTRACT_CHARS, DOCS_ABSTRACT_SYSTEM, DOCS_QUESTION, ProbabilityJudge, make_judge,
                                parse_probability_judge)
 
-    assert parse_probability_judge("docs+abstract:m") == ("docs", "abstract", "m")
-    assert parse_probability_judge("blend:m") == ("blend", "title", "m") and parse_probability_judge("local") is None
+    assert parse_probability_judge("docs+abstract:m") == ("docs", "abstract", "m", "json")
+    assert parse_probability_judge("blend:m") == ("blend", "title", "m", "json") and parse_probability_judge("local") is None
     for bad in ("expected+abstract:m", "docs+body:m"):
         with pytest.raises(ValueError, match="docs\\+abstract"):
             parse_probability_judge(bad)
@@ -386,7 +425,7 @@ def test_a_probability_judge_can_be_the_training_judge_of_a_rar_run(tiny_qwen):
 
 
 def test_reusing_the_shared_prompt_head_changes_no_score(tiny_qwen):
-    from arxivqa.judge import ProbabilityJudge
+    from arxivqa.judge import ProbabilityJudge, make_judge
 
     trajs = [traj(submitted=("2501.00001", "2501.00002", "2501.09999")),
              traj(reasoning="I will search once and stop.", submitted=("2501.00002",)), traj(submitted=None)]
@@ -398,3 +437,8 @@ def test_reusing_the_shared_prompt_head_changes_no_score(tiny_qwen):
         assert len(fast._prefixes) == (0 if scoring == "docs" else 1) and not plain._prefixes
     # a batch whose texts do not all begin with the head is left to the plain path
     assert fast._after_shared_head(["BEGIN a", "other b"], "BEGIN") is None
+    lines = make_judge(f"blend+lines:{tiny_qwen}")
+    assert lines.name == f"blend+lines:{tiny_qwen}" and lines.layout == "lines"
+    plain_lines = ProbabilityJudge(tiny_qwen, "blend", layout="lines", reuse_prefix=False)
+    for a, b in zip(lines.score_batch(trajs), plain_lines.score_batch(trajs)):
+        assert a.score == pytest.approx(b.score, abs=2e-3) and not a.fallback

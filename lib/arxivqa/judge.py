@@ -224,18 +224,61 @@ def grader_directed_sentences(traj: Trajectory, max_chars: int = 2000) -> int:
 
 
 def trajectory_document(traj: Trajectory, max_reasoning_chars: int = 400, max_results: int = 5,
-                        sanitise: bool = True) -> dict:
+                        sanitise: bool = True, hit_ids: bool = True) -> dict:
     """What the judge reads: ``records.trajectory_view`` with every policy-written string defanged
     (tool errors as codes, hits from the records, never parsed back from tool text). ``sanitise=False``
     keeps the structure and the cuts but not the defanging: only to measure what the defanging does."""
-    return trajectory_view(traj, max_reasoning_chars=max_reasoning_chars, max_hits=max_results,
+    return trajectory_view(traj, max_reasoning_chars=max_reasoning_chars, max_hits=max_results, hit_ids=hit_ids,
                            text=(lambda t: _defang(t, traj.query)) if sanitise else (lambda t: t))
 
 
-def render_for_judge(traj: Trajectory, rubric: str = RUBRIC, extra: str = "", sanitise: bool = True) -> list[dict]:
+# How the document is laid out for the judge (``<scoring>+lines:<model>`` picks ``lines``):
+# - ``json``: one indented JSON document, every hit as "ID (date): title", arguments as a JSON string;
+# - ``lines``: the same view as compact JSON, one object per line (the query; a turn's reasoning when it
+#   has any; each call with its turn; the submission and stop): hits as "(date): title" (the IDs are
+#   obfuscated per rollout and mean nothing to a reader), arguments as an object when they parse as one,
+#   a finish call's IDs as their count (its titles are the last line), turns with neither reasoning nor
+#   calls left out. Same content otherwise, about 30 % fewer tokens; every line is escaped JSON.
+LAYOUTS = ("json", "lines")
+
+
+def _call_line(turn: int, call: dict) -> dict:
+    item = {"turn": turn, **call}
+    try:
+        args = json.loads(call["arguments"])
+    except (TypeError, ValueError):
+        args = None
+    if isinstance(args, dict):
+        if call["tool"] == "finish" and isinstance(args.get("paper_ids"), list):
+            n = len(args["paper_ids"])
+            args = {**args, "paper_ids": f"{n} ID{'' if n == 1 else 's'}"}
+        item["arguments"] = args
+    return item
+
+
+def lines_document(doc: dict) -> str:
+    """``doc`` (``trajectory_document``) in the ``lines`` layout: compact JSON, one object per line,
+    angle brackets escaped as in the ``json`` layout."""
+    rows: list[dict] = [{"user_query": doc["user_query"]}]
+    for t in doc["turns"]:
+        if t["reasoning"]:
+            rows.append({"turn": t["turn"], "reasoning": t["reasoning"]})
+        rows.extend(_call_line(t["turn"], c) for c in t["calls"])
+    rows.append({"submitted_titles": doc["submitted_titles"], "stop": doc["stop"]})
+    return "\n".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e")
+                     for r in rows)
+
+
+def render_for_judge(traj: Trajectory, rubric: str = RUBRIC, extra: str = "", sanitise: bool = True,
+                     layout: str = "json") -> list[dict]:
     """The judge's messages: instructions in the system message; the trajectory as escaped JSON
-    between fixed delimiter lines in the user message."""
-    doc = _safe_json(trajectory_document(traj, sanitise=sanitise))
+    between fixed delimiter lines in the user message (``layout``: ``LAYOUTS``)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+    if layout == "lines":
+        doc = lines_document(trajectory_document(traj, sanitise=sanitise, hit_ids=False))
+    else:
+        doc = _safe_json(trajectory_document(traj, sanitise=sanitise))
     user = f"{extra}{BEGIN}\n{doc}\n{END}\nGrade the trajectory above. Answer with JSON only."
     return [{"role": "system", "content": rubric}, {"role": "user", "content": user}]
 
@@ -386,16 +429,24 @@ PAPER_TEXTS = ("title", "abstract")  # what the per-paper question shows of each
 ABSTRACT_CHARS = 300  # the start of the abstract shown (about 65 tokens), so ten papers stay one short batch
 
 
-def parse_probability_judge(spec: str) -> tuple[str, str, str] | None:
-    """``<scoring>[+abstract]:<model>`` as ``(scoring, paper_text, model)``; None for an endpoint's name.
-    ``+abstract`` (``docs`` and ``blend`` only) shows each submitted paper with its abstract, not its title alone."""
+def parse_probability_judge(spec: str) -> tuple[str, str, str, str] | None:
+    """``<scoring>[+abstract][+lines]:<model>`` as ``(scoring, paper_text, model, layout)``; None for an endpoint's
+    name. ``+abstract`` (``docs`` and ``blend`` only) shows each submitted paper with its abstract, not its title
+    alone; ``+lines`` lays the trajectory out as ``lines`` (``LAYOUTS``), not one indented JSON document."""
     kind, _, model = spec.partition(":")
-    scoring, plus, text = kind.partition("+")
+    scoring, *options = kind.split("+")
     if scoring not in SCORINGS or not model:
         return None
-    if plus and (text not in PAPER_TEXTS or scoring not in ("docs", "blend")):
-        raise ValueError(f"judge {spec!r}: only docs and blend take a paper text, as docs+abstract:<model> or blend+abstract:<model>")
-    return scoring, text or "title", model
+    text, layout = "title", "json"
+    for opt in options:
+        if opt in LAYOUTS and opt != "json" and layout == "json":
+            layout = opt
+        elif opt in PAPER_TEXTS and scoring in ("docs", "blend") and text == "title":
+            text = opt
+        else:
+            raise ValueError(f"judge {spec!r}: only docs and blend take a paper text, as docs+abstract:<model> or "
+                             f"blend+abstract:<model>; any scoring takes +lines (once each)")
+    return scoring, text, model, layout
 
 
 _ABSTRACTS: dict[str, str] = {}
@@ -442,6 +493,9 @@ class ProbabilityJudge:
     its abstract, looked up by arXiv ID (``abstracts``; by default the corpus): the paper's own text, still
     nothing the policy wrote.
 
+    ``layout="lines"`` (names ``<scoring>+lines:<model>``) shows the trajectory in the ``lines`` layout
+    (``lines_document``), fewer tokens for the same view; the per-paper questions do not show it either way.
+
     Nothing is parsed, so nothing falls back: ``fallbacks`` stays 0 unless the input is too long.
 
     ``reuse_prefix`` (default on) encodes what prompts share once and keeps its cache: the rubric's
@@ -454,7 +508,8 @@ class ProbabilityJudge:
 
     def __init__(self, model: str, scoring: Literal["expected", "yesno", "docs", "blend"] = "expected", rubric: str = RUBRIC,
                  max_prompt_tokens: int = 6144, sanitise: bool = True, dtype: str = "auto",
-                 paper_text: Literal["title", "abstract"] = "title", abstracts=None, reuse_prefix: bool = True) -> None:
+                 paper_text: Literal["title", "abstract"] = "title", abstracts=None, reuse_prefix: bool = True,
+                 layout: Literal["json", "lines"] = "json") -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -464,9 +519,11 @@ class ProbabilityJudge:
             raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, not {scoring!r}")
         if paper_text not in PAPER_TEXTS:
             raise ValueError(f"paper_text must be one of {', '.join(PAPER_TEXTS)}, not {paper_text!r}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
         path = resolve_model(model)
-        self.name = f"{scoring}{'+abstract' if paper_text == 'abstract' else ''}:{model}"
-        self.scoring, self.rubric, self.sanitise = scoring, rubric, sanitise
+        self.name = f"{scoring}{'+abstract' if paper_text == 'abstract' else ''}{'+lines' if layout == 'lines' else ''}:{model}"
+        self.scoring, self.rubric, self.sanitise, self.layout = scoring, rubric, sanitise, layout
         self.paper_text, self.abstracts = paper_text, abstracts or corpus_abstracts
         self.max_prompt_tokens = max_prompt_tokens
         self.tokenizer = AutoTokenizer.from_pretrained(path)
@@ -534,7 +591,7 @@ class ProbabilityJudge:
         """The expected holistic score (1–10) the model gives ``traj``."""
         import torch
 
-        messages = render_for_judge(traj, self.rubric, sanitise=self.sanitise)
+        messages = render_for_judge(traj, self.rubric, sanitise=self.sanitise, layout=self.layout)
         ids = self._fits(self._ids(messages, '{"holistic": '))
         # the answer's "1" is appended: one pass gives the digit after the prefix and what follows a "1"
         ids = torch.cat([ids, torch.tensor([[self._digits[1]]])], dim=1)
@@ -549,7 +606,7 @@ class ProbabilityJudge:
         """P(yes) / (P(yes) + P(no)) for each criterion's question."""
         import copy
 
-        doc = render_for_judge(traj, YESNO_SYSTEM, sanitise=self.sanitise)[1]["content"].rsplit("\n", 1)[0]
+        doc = render_for_judge(traj, YESNO_SYSTEM, sanitise=self.sanitise, layout=self.layout)[1]["content"].rsplit("\n", 1)[0]
         head = self.tokenizer.apply_chat_template([{"role": "system", "content": YESNO_SYSTEM},
                                                    {"role": "user", "content": doc + "\nQUESTION:"}], tokenize=False)
         head = head[: head.rindex("QUESTION:") + len("QUESTION:")]
@@ -659,13 +716,13 @@ class ProbabilityJudge:
 
 
 def make_judge(spec: str, sanitise: bool = True):
-    """A judge from a name: ``expected:<model>``, ``yesno:<model>``, ``docs[+abstract]:<model>`` or ``blend[+abstract]:<model>``
+    """A judge from a name: ``expected:<model>``, ``yesno:<model>``, ``docs[+abstract]:<model>`` or ``blend[+abstract]:<model>``, each with an optional ``+lines``
     (``ProbabilityJudge``, in this process; ``parse_probability_judge``), or an endpoint of ``configs/endpoints.toml`` (``Judge`` over the LLM layer; ``local``
     starts the offline server)."""
     parsed = parse_probability_judge(spec)
     if parsed:
-        scoring, paper_text, model = parsed
-        return ProbabilityJudge(model, scoring, sanitise=sanitise, paper_text=paper_text)
+        scoring, paper_text, model, layout = parsed
+        return ProbabilityJudge(model, scoring, sanitise=sanitise, paper_text=paper_text, layout=layout)
     from .llm import open_llm
 
     return Judge(open_llm(spec, chosen_by="the judge name"), sanitise=sanitise)

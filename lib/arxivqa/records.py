@@ -418,10 +418,11 @@ def arguments_view(arguments, text: Callable[[str], str] = lambda s: s, max_char
 
 
 def trajectory_view(traj: Trajectory, max_reasoning_chars: int = 400, max_hits: int = 5, max_arg_chars: int = 300,
-                    text: Callable[[str], str] = lambda s: s) -> dict:
+                    text: Callable[[str], str] = lambda s: s, hit_ids: bool = True) -> dict:
     """The one structured rendering of an episode: per turn the reasoning and each call (tool, arguments,
-    error, the papers shown as ``"ID (date): title"``, or the paper read), then the submitted titles.
-    ``text`` is applied to every string the policy wrote (the judge passes its sanitiser)."""
+    error, the papers shown as ``"ID (date): title"``, or ``"(date): title"`` without ``hit_ids``, or the paper
+    read), then the submitted titles. ``text`` is applied to every string the policy wrote (the judge passes
+    its sanitiser)."""
     turns = []
     for s in traj.steps:
         calls = []
@@ -430,7 +431,7 @@ def trajectory_view(traj: Trajectory, max_reasoning_chars: int = 400, max_hits: 
             if r.error:
                 item["error"] = r.error_code or "tool_error"
             elif r.name in SEARCH_TOOLS:
-                item["results"] = [f"{h.id} ({h.published}): {h.title[:120]}" for h in r.hits[:max_hits]]
+                item["results"] = [f"{h.id + ' ' if hit_ids else ''}({h.published}): {h.title[:120]}" for h in r.hits[:max_hits]]
                 item["n_results"] = len(r.hits)
             elif r.name == "read_page" and r.hits:
                 item["read"] = r.hits[0].title[:160]
