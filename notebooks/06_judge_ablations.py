@@ -13,13 +13,15 @@ def _():
     from arxivqa.evaluate import cached_agent_eval, eval_budgets, eval_queries, trajectory_cache
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
-    from arxivqa.judge import Judge
-    from arxivqa.llm import get_endpoint, load_endpoints, open_llm
+    from arxivqa.judge import make_judge
+    from arxivqa.llm import get_endpoint, load_endpoints
+    from arxivqa.validity import measured_judges
     from arxivqa.plots import save, save_table
     from arxivqa.train import configured, find_run, read_run, train_or_load
 
-    return (Judge, ablations, atomic_write_json, build_for_scale, cached_agent_eval, config, configured, eval_budgets,
-            eval_queries, find_run, get_endpoint, load_endpoints, mo, open_llm, plots, read_run, save, save_table,
+    return (ablations, atomic_write_json, build_for_scale, cached_agent_eval, config, configured, eval_budgets,
+            eval_queries, find_run, get_endpoint, load_endpoints, make_judge, measured_judges, mo, plots, read_run,
+            save, save_table,
             settings, train_or_load, trajectory_cache)
 
 
@@ -34,10 +36,12 @@ def _(mo):
     (the training preset of the settings; a finished run with the same configuration — notebook 05's for
     `local` — is found by the run registry and reused), every policy — plus the untrained base model and
     notebook 04's RLVR policy as references — runs the same held-out queries, and every evaluation judge
-    scores every trajectory (the same compact, defanged rendering as in training; judgments are cached,
-    so notebook 07 reuses them).
+    scores every trajectory (the same compact, defanged rendering as in training; an endpoint's judgments
+    are cached, so notebook 07 reuses them; a probability judge scores again).
 
-    The judges are endpoint names of `configs/endpoints.toml`; the defaults of the two lists below come
+    The judges are endpoint names of `configs/endpoints.toml` or probability judges run in this process
+    (`blend:<model>`, `expected:<model>`, `docs:<model>`, ...; those measured in
+    `results/judge_validity.json` are offered below, best first); the defaults of the two lists below come
     from `ARXIVQA_TRAIN_JUDGES` and `ARXIVQA_EVAL_JUDGES` (`local` and `local-smollm2`: the packaged
     Qwen2.5-Coder-0.5B and SmolLM2-135M, both offline — any OpenAI-compatible judge such as an Olmo or
     GLM model on vLLM, or a hosted one, is one more name). Other settings: `ARXIVQA_RAR_STEPS`,
@@ -57,8 +61,9 @@ def _(build_for_scale, eval_budgets, eval_queries, settings):
 
 
 @app.cell
-def _(load_endpoints, mo, s):
-    _names = list(dict.fromkeys([*load_endpoints(), *s.train_judges, *s.eval_judges]))
+def _(load_endpoints, measured_judges, mo, s):
+    # endpoints, and the probability judges of results/judge_validity.json (best pairwise accuracy first)
+    _names = list(dict.fromkeys([*load_endpoints(), *measured_judges(), *s.train_judges, *s.eval_judges]))
     train_judges = mo.ui.multiselect(options=_names, value=s.train_judges, label="training judges (one RaR run each)")
     eval_judges = mo.ui.multiselect(options=_names, value=s.eval_judges, label="evaluation judges")
     mo.vstack([train_judges, eval_judges])
@@ -105,18 +110,21 @@ def _(budgets, cached_agent_eval, index, mo, plots, qtag, queries, s, specs, tra
 
 
 @app.cell
-def _(Judge, ablations, eval_judges, labels, mo, open_llm, policies):
+def _(ablations, eval_judges, labels, make_judge, mo, policies):
     mo.stop(not eval_judges.value, mo.md("_Choose at least one evaluation judge._"))
-    _llms = {j: open_llm(j) for j in eval_judges.value}
+    _judges = {}
     try:
-        _judges = {j: Judge(llm) for j, llm in _llms.items()}
+        for _j in eval_judges.value:  # an endpoint's judge, or a probability judge loaded in this process
+            _judges[_j] = make_judge(_j)
         with mo.status.spinner(title=f"{len(_judges)} evaluation judges × {sum(len(t) for _, t in policies.values())} trajectories"):
             scores = ablations.judge_scores(policies, _judges, labels)
-        judge_stats = {j: {"judged": jd.judged, "fallbacks": jd.fallbacks, "llm": _llms[j].stats.as_dict()}
+        judge_stats = {j: {"judged": jd.judged, "fallbacks": jd.fallbacks,
+                           **({"llm": jd.llm.stats.as_dict()} if getattr(jd, "llm", None) else {})}
                        for j, jd in _judges.items()}
     finally:
-        for _llm in _llms.values():
-            _llm.close()
+        for _jd in _judges.values():
+            if getattr(_jd, "llm", None):
+                _jd.llm.close()
     return judge_stats, scores
 
 

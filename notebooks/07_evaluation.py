@@ -15,14 +15,15 @@ def _():
                                   eval_queries, trajectory_cache, trajectory_metrics)
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
-    from arxivqa.judge import Judge
-    from arxivqa.llm import get_endpoint, load_endpoints, open_llm
+    from arxivqa.judge import make_judge
+    from arxivqa.llm import get_endpoint, load_endpoints
+    from arxivqa.validity import measured_judges
     from arxivqa.plots import save, save_table
     from arxivqa.train import configured, find_run, read_run, train_or_load
 
-    return (Judge, ablations, atomic_write_json, baseline_rows, bootstrap_ci, build_for_scale, cached_agent_eval,
+    return (ablations, atomic_write_json, baseline_rows, bootstrap_ci, build_for_scale, cached_agent_eval,
             comparison_table, config, configured, eval_budgets, eval_queries, find_run, get_endpoint, load_endpoints,
-            mo, open_llm, pd, plots, read_run, save, save_table, secret, settings, train_or_load, trajectory_cache,
+            make_judge, measured_judges, mo, pd, plots, read_run, save, save_table, secret, settings, train_or_load, trajectory_cache,
             trajectory_metrics)
 
 
@@ -60,8 +61,9 @@ def _(build_for_scale, eval_budgets, eval_queries, get_endpoint, secret, setting
 
 
 @app.cell
-def _(load_endpoints, mo, s):
-    _names = list(dict.fromkeys([*load_endpoints(), *s.train_judges, *s.eval_judges]))
+def _(load_endpoints, measured_judges, mo, s):
+    # endpoints, and the probability judges of results/judge_validity.json (best pairwise accuracy first)
+    _names = list(dict.fromkeys([*load_endpoints(), *measured_judges(), *s.train_judges, *s.eval_judges]))
     train_judges = mo.ui.multiselect(options=_names, value=s.train_judges,
                                      label="training judges (their RaR runs, global rubric, are evaluated)")
     eval_judges = mo.ui.multiselect(options=_names, value=s.eval_judges, label="evaluation judges")
@@ -120,16 +122,18 @@ def _(ablations, budgets, cached_agent_eval, frontier, index, mo, plots, qtag, q
 
 
 @app.cell
-def _(Judge, ablations, eval_judges, labels, mo, open_llm, trajs):
+def _(ablations, eval_judges, labels, make_judge, mo, trajs):
     mo.stop(not eval_judges.value, mo.md("_Choose at least one evaluation judge._"))
-    _llms = {j: open_llm(j) for j in eval_judges.value}
+    _judges = {}
     try:
-        with mo.status.spinner(title="evaluation judges (cached judgments from notebook 06 are reused)"):
-            judged = ablations.judge_scores({n: ("", t) for n, t in trajs.items()},
-                                            {j: Judge(llm) for j, llm in _llms.items()}, labels)
+        for _j in eval_judges.value:  # an endpoint's judge, or a probability judge loaded in this process
+            _judges[_j] = make_judge(_j)
+        with mo.status.spinner(title="evaluation judges (an endpoint's cached judgments from notebook 06 are reused)"):
+            judged = ablations.judge_scores({n: ("", t) for n, t in trajs.items()}, _judges, labels)
     finally:
-        for _llm in _llms.values():
-            _llm.close()
+        for _jd in _judges.values():
+            if getattr(_jd, "llm", None):
+                _jd.llm.close()
     return (judged,)
 
 

@@ -200,3 +200,15 @@ def test_the_mean_of_two_measured_judges_is_computed_from_their_scores(tmp_path,
     report = json.loads((tmp_path / "judge_validity.json").read_text())
     assert report["judges"]["ab"]["pairwise_accuracy"] == 1.0 and report["judges"]["ab"]["of"] == ["a", "b"]
     assert set(report["judges"]) == {"a", "b", "ab"}
+
+
+def test_the_measured_probability_judges_are_offered_best_first_and_means_are_not(tmp_path):
+    from arxivqa.validity import measured_judges
+
+    path = tmp_path / "judge_validity.json"
+    assert measured_judges(path) == {}
+    path.write_text(json.dumps({"judges": {
+        "docs:m": {"pairwise_accuracy": 0.6}, "blend:m": {"pairwise_accuracy": 0.83},
+        "mean(docs:m, expected:m)": {"pairwise_accuracy": 0.9, "mean_of": 2},  # scores combined, not a judge to load
+        "local": {"pairwise_accuracy": 0.7}, "expected:m": {"pairwise_accuracy": None}}}))
+    assert list(measured_judges(path).items()) == [("blend:m", 0.83), ("docs:m", 0.6)]

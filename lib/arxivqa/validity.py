@@ -332,6 +332,22 @@ def main(argv: list[str] | None = None) -> None:
         print(name, json.dumps(report["judges"][name]))
 
 
+def measured_judges(path: Path | None = None) -> dict[str, float]:
+    """The probability judges (``<scoring>[+...]:<model>``, the ones a name alone loads) measured in
+    ``judge_validity.json`` (default: under the results folder), each with its pairwise accuracy, best
+    first; {} when nothing was measured. Means of judges (``validity combine``) are not judges to load."""
+    from .config import results_dir
+    from .judge import parse_probability_judge
+
+    path = path or results_dir() / "judge_validity.json"
+    if not path.exists():
+        return {}
+    judges = json.loads(path.read_text()).get("judges") or {}
+    found = {n: m["pairwise_accuracy"] for n, m in judges.items()
+             if m.get("pairwise_accuracy") is not None and parse_probability_judge(n)}
+    return dict(sorted(found.items(), key=lambda kv: -kv[1]))
+
+
 def validity_table(report: dict):
     """``results/judge_validity.json`` as one row per judge (accuracy overall and per kind, Spearman with
     recall@10, fallback rate, seconds per judgment, and the n behind each)."""
