@@ -13,16 +13,15 @@ def _():
     from arxivqa.evaluate import cached_agent_eval, eval_budgets, eval_queries, trajectory_cache
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
-    from arxivqa.judge import make_judge
+    from arxivqa.judge import opened_judges
     from arxivqa.llm import get_endpoint, load_endpoints
     from arxivqa.validity import measured_judges
     from arxivqa.plots import save, save_table
     from arxivqa.train import configured, find_run, read_run, train_or_load
 
     return (ablations, atomic_write_json, build_for_scale, cached_agent_eval, config, configured, eval_budgets,
-            eval_queries, find_run, get_endpoint, load_endpoints, make_judge, measured_judges, mo, plots, read_run,
-            save, save_table,
-            settings, train_or_load, trajectory_cache)
+            eval_queries, find_run, get_endpoint, load_endpoints, measured_judges, mo, opened_judges, plots, read_run,
+            save, save_table, settings, train_or_load, trajectory_cache)
 
 
 @app.cell
@@ -110,21 +109,14 @@ def _(budgets, cached_agent_eval, index, mo, plots, qtag, queries, s, specs, tra
 
 
 @app.cell
-def _(ablations, eval_judges, labels, make_judge, mo, policies):
+def _(ablations, eval_judges, labels, mo, opened_judges, policies):
     mo.stop(not eval_judges.value, mo.md("_Choose at least one evaluation judge._"))
-    _judges = {}
-    try:
-        for _j in eval_judges.value:  # an endpoint's judge, or a probability judge loaded in this process
-            _judges[_j] = make_judge(_j)
+    with opened_judges(eval_judges.value) as _judges:  # endpoints' judges, or probability judges in this process
         with mo.status.spinner(title=f"{len(_judges)} evaluation judges × {sum(len(t) for _, t in policies.values())} trajectories"):
             scores = ablations.judge_scores(policies, _judges, labels)
         judge_stats = {j: {"judged": jd.judged, "fallbacks": jd.fallbacks,
-                           **({"llm": jd.llm.stats.as_dict()} if getattr(jd, "llm", None) else {})}
+                           **({"llm": jd.llm.stats.as_dict()} if hasattr(jd, "llm") else {})}
                        for j, jd in _judges.items()}
-    finally:
-        for _jd in _judges.values():
-            if getattr(_jd, "llm", None):
-                _jd.llm.close()
     return judge_stats, scores
 
 

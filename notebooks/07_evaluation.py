@@ -15,7 +15,7 @@ def _():
                                   eval_queries, trajectory_cache, trajectory_metrics)
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
-    from arxivqa.judge import make_judge
+    from arxivqa.judge import opened_judges
     from arxivqa.llm import get_endpoint, load_endpoints
     from arxivqa.validity import measured_judges
     from arxivqa.plots import save, save_table
@@ -23,8 +23,8 @@ def _():
 
     return (ablations, atomic_write_json, baseline_rows, bootstrap_ci, build_for_scale, cached_agent_eval,
             comparison_table, config, configured, eval_budgets, eval_queries, find_run, get_endpoint, load_endpoints,
-            make_judge, measured_judges, mo, pd, plots, read_run, save, save_table, secret, settings, train_or_load, trajectory_cache,
-            trajectory_metrics)
+            measured_judges, mo, opened_judges, pd, plots, read_run, save, save_table, secret, settings, train_or_load,
+            trajectory_cache, trajectory_metrics)
 
 
 @app.cell
@@ -122,18 +122,11 @@ def _(ablations, budgets, cached_agent_eval, frontier, index, mo, plots, qtag, q
 
 
 @app.cell
-def _(ablations, eval_judges, labels, make_judge, mo, trajs):
+def _(ablations, eval_judges, labels, mo, opened_judges, trajs):
     mo.stop(not eval_judges.value, mo.md("_Choose at least one evaluation judge._"))
-    _judges = {}
-    try:
-        for _j in eval_judges.value:  # an endpoint's judge, or a probability judge loaded in this process
-            _judges[_j] = make_judge(_j)
+    with opened_judges(eval_judges.value) as _judges:  # endpoints' judges, or probability judges in this process
         with mo.status.spinner(title="evaluation judges (an endpoint's cached judgments from notebook 06 are reused)"):
             judged = ablations.judge_scores({n: ("", t) for n, t in trajs.items()}, _judges, labels)
-    finally:
-        for _jd in _judges.values():
-            if getattr(_jd, "llm", None):
-                _jd.llm.close()
     return (judged,)
 
 

@@ -442,3 +442,31 @@ def test_reusing_the_shared_prompt_head_changes_no_score(tiny_qwen):
     plain_lines = ProbabilityJudge(tiny_qwen, "blend", layout="lines", reuse_prefix=False)
     for a, b in zip(lines.score_batch(trajs), plain_lines.score_batch(trajs)):
         assert a.score == pytest.approx(b.score, abs=2e-3) and not a.fallback
+
+
+def test_opened_judges_close_their_endpoints_clients_on_leaving_even_after_a_failure(monkeypatch):
+    import arxivqa.judge as judge_mod
+
+    closed = []
+
+    class Client:
+        def __init__(self, name):
+            self.name = name
+
+        def close(self):
+            closed.append(self.name)
+
+    def make(name):
+        if name == "broken":
+            raise ValueError("no such judge")
+        return Judge(Client(name)) if name != "prob" else object()  # a probability judge has no client
+
+    monkeypatch.setattr(judge_mod, "make_judge", make)
+    with judge_mod.opened_judges(["a", "prob", "b"]) as judges:
+        assert list(judges) == ["a", "prob", "b"] and not closed
+    assert closed == ["a", "b"]
+    closed.clear()
+    with pytest.raises(ValueError, match="no such judge"):
+        with judge_mod.opened_judges(["a", "broken", "b"]):
+            pass
+    assert closed == ["a"]  # the one opened before the failure

@@ -32,6 +32,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -76,9 +77,10 @@ def holistic_to_unit(h: float) -> float:
 # --------------------------------------------------------------------------- rendering
 
 
-def _safe_json(obj) -> str:
-    """JSON with every string escaped; angle brackets too, so no text can look like markup."""
-    return json.dumps(obj, ensure_ascii=False, indent=1).replace("<", "\\u003c").replace(">", "\\u003e")
+def _safe_json(obj, **layout) -> str:
+    """JSON with every string escaped; angle brackets too, so no text can look like markup (``layout``:
+    ``json.dumps``'s ``indent`` / ``separators``; indented by default)."""
+    return json.dumps(obj, ensure_ascii=False, **(layout or {"indent": 1})).replace("<", "\\u003c").replace(">", "\\u003e")
 
 
 # What the judge reads of the policy's own text (reasoning, tool arguments) is first made plain:
@@ -257,16 +259,14 @@ def _call_line(turn: int, call: dict) -> dict:
 
 
 def lines_document(doc: dict) -> str:
-    """``doc`` (``trajectory_document``) in the ``lines`` layout: compact JSON, one object per line,
-    angle brackets escaped as in the ``json`` layout."""
+    """``doc`` (``trajectory_document``) in the ``lines`` layout: compact escaped JSON, one object per line."""
     rows: list[dict] = [{"user_query": doc["user_query"]}]
     for t in doc["turns"]:
         if t["reasoning"]:
             rows.append({"turn": t["turn"], "reasoning": t["reasoning"]})
         rows.extend(_call_line(t["turn"], c) for c in t["calls"])
     rows.append({"submitted_titles": doc["submitted_titles"], "stop": doc["stop"]})
-    return "\n".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e")
-                     for r in rows)
+    return "\n".join(_safe_json(r, separators=(",", ":")) for r in rows)
 
 
 def render_for_judge(traj: Trajectory, rubric: str = RUBRIC, extra: str = "", sanitise: bool = True,
@@ -713,6 +713,21 @@ class ProbabilityJudge:
             except ValueError as exc:
                 results.append(JudgeResult(score=0.0, fallback=True, error=str(exc)[:300]))
         return settle_fallbacks(self, results)
+
+
+@contextmanager
+def opened_judges(names: Sequence[str]):
+    """``{name: make_judge(name)}`` for ``names``; on leaving, the endpoint judges' clients are closed (a
+    ``local`` one stops its server)."""
+    judges: dict = {}
+    try:
+        for name in names:
+            judges[name] = make_judge(name)
+        yield judges
+    finally:
+        for j in judges.values():
+            if isinstance(j, Judge):
+                j.llm.close()
 
 
 def make_judge(spec: str, sanitise: bool = True):
