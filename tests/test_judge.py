@@ -424,6 +424,26 @@ def test_a_probability_judge_can_be_the_training_judge_of_a_rar_run(tiny_qwen):
     assert name.startswith("rar-cpu-demo-blend-qwen2.5-coder-0.5b-instruct-global-") and ":" not in name
 
 
+def test_a_probability_judges_readings_are_kept_as_reward_components(tiny_qwen):
+    """What a RaR run logs per rollout of a probability judge: the expected holistic and the per-paper
+    P(yes) of blend (the two halves of its score), and P(yes) per criterion of yesno."""
+    from arxivqa.judge import CRITERIA, ProbabilityJudge, RaRScorer, rar_components
+
+    two = traj(submitted=("2501.00001", "2501.00002"))
+    blend = ProbabilityJudge(tiny_qwen, "blend")
+    (r,) = blend.score_batch([two])
+    assert set(r.parts) == {"holistic", "docs_yes"} and 1 <= r.parts["holistic"] <= 10
+    assert r.score == pytest.approx((r.parts["docs_yes"] + holistic_to_unit(r.parts["holistic"])) / 2)
+    ((total, comps),) = RaRScorer(blend).batch([two])
+    assert comps["holistic"] == pytest.approx(r.parts["holistic"]) and comps["docs_yes"] == pytest.approx(r.parts["docs_yes"])
+    (y,) = ProbabilityJudge(tiny_qwen, "yesno").score_batch([two])
+    assert set(y.parts) == {f"yes_{c}" for c in CRITERIA}
+    assert y.score == pytest.approx(sum(y.parts.values()) / len(CRITERIA))
+    # a failed judgment's score is the batch's fallback: no reading is logged as if it had been made
+    failed = JudgeResult(score=0.4, fallback=True, parts={"holistic": 9.0})
+    assert "holistic" not in rar_components(two, failed)[1]
+
+
 def test_reusing_the_shared_prompt_head_changes_no_score(tiny_qwen):
     from arxivqa.judge import ProbabilityJudge, make_judge
 

@@ -333,6 +333,9 @@ class JudgeResult:
     met: list[bool] | None = None
     fallback: bool = False
     error: str = ""
+    # what a probability judge read on the way to ``score`` (``ProbabilityJudge.score_batch``): ``holistic``
+    # the expected 1–10, ``docs_yes`` the mean P(yes) over the submitted papers, ``yes_<criterion>`` P(yes)
+    parts: dict[str, float] = field(default_factory=dict)
 
 
 def settle_fallbacks(judge, results: list[JudgeResult]) -> list[JudgeResult]:
@@ -702,14 +705,18 @@ class ProbabilityJudge:
                     yes = self.documents_yes(t)
                     docs = sum(yes) / len(yes) if yes else 0.0
                     if self.scoring == "blend":
-                        docs = (docs + holistic_to_unit(self.expected_holistic(t))) / 2
-                    results.append(JudgeResult(score=docs))
+                        h = self.expected_holistic(t)
+                        results.append(JudgeResult(score=(docs + holistic_to_unit(h)) / 2,
+                                                   parts={"holistic": h, "docs_yes": docs}))
+                    else:
+                        results.append(JudgeResult(score=docs, parts={"docs_yes": docs}))
                 elif self.scoring == "expected":
                     h = self.expected_holistic(t)
-                    results.append(JudgeResult(score=holistic_to_unit(h)))
+                    results.append(JudgeResult(score=holistic_to_unit(h), parts={"holistic": h}))
                 else:
                     yes = self.criteria_yes(t)
-                    results.append(JudgeResult(score=sum(yes.values()) / len(yes)))
+                    results.append(JudgeResult(score=sum(yes.values()) / len(yes),
+                                               parts={f"yes_{c}": p for c, p in yes.items()}))
             except ValueError as exc:
                 results.append(JudgeResult(score=0.0, fallback=True, error=str(exc)[:300]))
         return settle_fallbacks(self, results)
@@ -804,6 +811,8 @@ def rar_components(traj: Trajectory, result: JudgeResult, cfg: RewardConfig | No
              **{f"gate/{n}": float(g.passed) for n, g in gates.items()}}
     if result.judgment is not None:
         comps |= {c: float(getattr(result.judgment, c)) for c in CRITERIA} | {"holistic": float(result.judgment.holistic)}
+    elif not result.fallback:  # a probability judge's readings (its expected holistic, per-paper or per-criterion P(yes))
+        comps |= {k: float(v) for k, v in result.parts.items()}
     return total, comps
 
 
