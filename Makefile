@@ -22,7 +22,7 @@ TORCH_CPU_WHEELS ?= /opt/wheels
 LOCK_FLAGS ?=
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start train-long clean-index
+.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start train-long train-rar-long clean-index
 
 setup: $(VENV)/.setup-done  ## create .venv, install the locked CPU set (requirements.lock), prepare the offline embedder
 
@@ -128,14 +128,31 @@ warm-start: setup  ## teacher demonstrations (train split) -> LoRA SFT of the cp
 # A run that is interrupted resumes from its last checkpoint when the target is run again.
 LONG_STEPS ?= 100
 LONG_RUNS := rlvr-cpu-warm-uniform-$(LONG_STEPS)steps-seed0 rlvr-cpu-warm-easy-to-hard-$(LONG_STEPS)steps-seed0
+# A run that is not in data/runs/ (a fresh machine) but is kept unfinished in results/runs/ (a checkpoint-N
+# there) is first revived from it (python -m arxivqa.train revive: Adam restarts, recorded in revived.json).
+REVIVE = kept=results/runs/$$(basename $$run); \
+	  if [ ! -f $$run/config.json ] && ls -d $$kept/checkpoint-* >/dev/null 2>&1; then \
+	    $(PY) -m arxivqa.train revive $$kept --out $$run || exit 1; fi
 train-long: setup  ## the two committed RLVR runs (cpu-warm, LONG_STEPS steps each) -> results/runs/
 	$(PY) -m arxivqa.index build --embedder minilm-128
 	for c in uniform easy-to-hard; do \
 	  run=data/runs/rlvr-cpu-warm-$$c-$(LONG_STEPS)steps-seed0; \
+	  $(REVIVE); \
 	  resume=$$([ -f $$run/config.json ] && echo --resume); \
 	  $(PY) -m arxivqa.train --preset cpu-warm --reward rlvr --set curriculum=$$c --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
 	  $(PY) -m arxivqa.train export $$run || exit 1; \
 	done
+
+# The committed RaR run: the same preset, steps and seed as the uniform RLVR run, the global rubric, and the
+# training judge RAR_JUDGE (default the probability judge of the larger offline model: make setup-judge).
+RAR_JUDGE ?= blend:qwen2.5-coder-1.5b-instruct
+train-rar-long: setup-judge  ## the committed RaR run (cpu-warm, LONG_STEPS steps, judge RAR_JUDGE) -> results/runs/
+	$(PY) -m arxivqa.index build --embedder minilm-128
+	run=data/runs/rar-cpu-warm-$(subst :,-,$(RAR_JUDGE))-global-$(LONG_STEPS)steps-seed0; \
+	  $(REVIVE); \
+	  resume=$$([ -f $$run/config.json ] && echo --resume); \
+	  $(PY) -m arxivqa.train --preset cpu-warm --reward rar --set judge_endpoint=$(RAR_JUDGE) --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
+	  $(PY) -m arxivqa.train export $$run
 
 # Beyond one machine (README: "Beyond one machine: processes and a search service"). The training layouts are
 # accelerate configs in configs/accelerate/ (1 GPU, N GPUs with DeepSpeed ZeRO-3, multi-node, 2 CPU processes);

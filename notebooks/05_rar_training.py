@@ -22,9 +22,10 @@ def _():
     from arxivqa.llm import load_endpoints, open_llm
     from arxivqa.plots import save, save_table
     from arxivqa.records import trajectory_markdown
-    from arxivqa.train import configured, find_run, find_runs, run_options, same_run, train_or_load
+    from arxivqa.train import committed_runs, configured, find_run, find_runs, run_options, same_run, train_or_load
 
-    return (Judge, Path, atomic_write_json, build_for_scale, config, configured, find_run, find_runs, load_endpoints,
+    return (Judge, Path, atomic_write_json, build_for_scale, committed_runs, config, configured, find_run, find_runs,
+            load_endpoints,
             load_run, mo, open_llm, pd, plt, rollout_choices, rollout_detail, run_options, same_run, save, save_table,
             settings, sns, train_or_load,
             trajectory_markdown)
@@ -42,8 +43,10 @@ def _(mo):
     subtracts a stepped length penalty and keeps RLVR's four gates. A failed judgment gets an explicit,
     counted fallback (the batch mean), never a silent 0 or 1.
 
-    **Runs here**: the training preset of the settings with `reward=rar` and the judge chosen below
-    (default `ARXIVQA_JUDGE`; `local` is the packaged Qwen2.5-Coder-0.5B-Instruct behind
+    **Runs here**: a RaR run kept in the repository (`results/runs/rar-*`) is read by default, next to
+    the committed RLVR run it was started like; with none there, or with `ARXIVQA_TRAIN_NOW=1` (as
+    `make demo` sets), the training preset of the settings is trained with `reward=rar` and the judge
+    chosen below (default `ARXIVQA_JUDGE`; `local` is the packaged Qwen2.5-Coder-0.5B-Instruct behind
     `transformers serve`, offline — a 0.5B judge is coarse; the seed used frontier and open 8B+ judges).
     Then RLVR (notebook 04's run) vs. RaR on the same diagnostics, and the query-specific rubric
     (RaR-Explicit) vs. the global rubric as judges of the same rollouts. Steps: `ARXIVQA_RAR_STEPS`.
@@ -69,27 +72,42 @@ def _(load_endpoints, mo, s):
 
 
 @app.cell
-def _(configured, index, judge, mo, s, train_or_load):
+def _(committed_runs, configured, index, judge, mo, s, train_or_load):
     rar_cfg = configured("rar", s, judge_endpoint=None if judge.value == "local" else judge.value)
-    with mo.status.spinner(title=f"RaR GRPO ({rar_cfg.max_steps} steps, judge {judge.value}): train or read back"):
-        rar_trained = train_or_load(rar_cfg, index)
-    mo.md(f"RaR run `{rar_trained['run']}` (judge `{judge.value}`): "
-          + (f"trained now in {rar_trained['seconds']:.0f} s." if rar_trained["trained_now"]
-             else "read back (the registry holds a finished run with exactly this configuration)."))
-    return (rar_trained,)
+    committed = committed_runs(reward="rar")  # RaR runs kept in results/runs/, finished and longest first
+    if s.train_now or not committed:
+        with mo.status.spinner(title=f"RaR GRPO ({rar_cfg.max_steps} steps, judge {judge.value}): train or read back"):
+            rar_trained = train_or_load(rar_cfg, index)
+        _msg = (f"RaR run `{rar_trained['run']}` (judge `{judge.value}`): "
+                + (f"trained now in {rar_trained['seconds']:.0f} s." if rar_trained["trained_now"]
+                   else "read back (the registry holds a finished run with exactly this configuration)."))
+    else:
+        rar_trained = {"run": None, "path": None, "trained_now": False, "seconds": 0.0}
+        _msg = (f"Not training: the repository holds {len(committed)} RaR run(s) under `results/runs/`, read below. "
+                f"`ARXIVQA_TRAIN_NOW=1` (as `make demo` sets) trains the configured run ({rar_cfg.preset}, "
+                f"{rar_cfg.max_steps} steps, judge `{judge.value}`) instead.")
+    mo.md(_msg)
+    return committed, rar_trained
 
 
 @app.cell
-def _(configured, find_run, find_runs, mo, rar_trained, run_options, s, same_run):
-    _rar = run_options(find_runs(reward="rar", finished=True))
-    rar_pick = mo.ui.dropdown(options=_rar, label="RaR run",
-                              value=next((k for k, r in _rar.items() if same_run(r, rar_trained["path"])),
-                                         next(iter(_rar), None)))
-    _rlvr = run_options(find_runs(reward="rlvr", finished=True))
-    _match = find_run(configured("rlvr", s, curriculum=s.curriculum))  # notebook 04's run with these settings
+def _(committed, committed_runs, configured, find_run, find_runs, mo, rar_trained, run_options, s, same_run):
+    _rar = run_options(find_runs(reward="rar", finished=True) + [r for r in committed if not r.finished])
+    _want = rar_trained["path"] or committed[0].path  # the run trained now, else the longest committed one
+    rar_pick = mo.ui.dropdown(options=_rar, label="RaR run (finished runs of the registry, and committed ones)",
+                              value=next((k for k, r in _rar.items() if same_run(r, _want)), next(iter(_rar), None)))
+    _rlvr_runs = find_runs(reward="rlvr", finished=True)
+    if rar_trained["path"] is None:  # a committed RaR run: the committed RLVR run it was started like
+        _c = committed[0].config
+        _same = committed_runs(reward="rlvr", preset=_c.preset, curriculum=_c.curriculum, seed=_c.seed)
+        _rlvr_runs += [r for r in _same if not r.finished]
+        _match = _same[0] if _same else None
+    else:  # notebook 04's run with these settings
+        _match = find_run(configured("rlvr", s, curriculum=s.curriculum))
+    _rlvr = run_options(_rlvr_runs)
     rlvr_pick = mo.ui.dropdown(options=_rlvr, allow_select_none=True,
                                value=next((k for k, r in _rlvr.items() if same_run(r, _match)), None),
-                               label="RLVR run to compare with (default: notebook 04's run of these settings)")
+                               label="RLVR run to compare with (default: the RLVR run of the RaR run's settings)")
     mo.vstack([rar_pick, rlvr_pick])
     return rar_pick, rlvr_pick
 
@@ -102,7 +120,7 @@ def _(Path, atomic_write_json, config, load_run, mo, rar_pick, rar_trained, rlvr
     save_table(rar["log"], "05_rar_trl_log")
     save_table(rar["summary"], "05_rar_step_summary")
     _fallback_rate = float(rar["rollouts"]["reward/judge_fallback"].mean()) if len(rar["rollouts"]) else float("nan")
-    _this_session = rar_info.path.resolve() == Path(rar_trained["path"]).resolve()
+    _this_session = rar_trained["path"] is not None and rar_info.path.resolve() == Path(rar_trained["path"]).resolve()
     atomic_write_json(config.results_dir() / "05_run.json",
                       {"run": rar_info.name, "label": rar_info.label(), "config": rar["config"],
                        "rlvr_run": rlvr_info.name if rlvr_info else None, "rollouts": len(rar["rollouts"]),
@@ -214,14 +232,18 @@ def _(config, mo, pd, save):
 
 
 @app.cell
-def _(Judge, mo, open_llm, pd, rar, rar_info, rlvr, save_table):
+def _(Judge, mo, open_llm, pd, rar, rar_info, rlvr, s, save_table):
     # The same rollouts judged with the global rubric and with query-specific rubrics (RaR-Explicit), by the
-    # RaR run's own training judge.
+    # RaR run's own training judge — or, when that is a probability judge (it reads score-token
+    # probabilities and cannot write a rubric), by the generating judge of the settings (ARXIVQA_JUDGE).
+    from arxivqa.judge import parse_probability_judge as _is_probability
+
     def _last(run, regime):
         last = max(x for x, _ in run["trajectories"])
         return [(regime, t) for x, t in run["trajectories"] if x == last]
 
-    _judge_name = rar_info.config.judge_endpoint or "local"
+    _run_judge = rar_info.config.judge_endpoint or "local"
+    _judge_name = s.judge if _is_probability(_run_judge) else _run_judge
     _pool = (_last(rar, "RaR") + (_last(rlvr, "RLVR") if rlvr is not None else []))[:8]
     _trajs = [t for _, t in _pool]
     with mo.status.spinner(title=f"judging the last step's rollouts with both rubrics ({_judge_name})"):
@@ -239,7 +261,9 @@ def _(Judge, mo, open_llm, pd, rar, rar_info, rlvr, save_table):
     _example = next((rb for rb in _rubrics.values() if rb is not None), None)
     mo.vstack([
         mo.md(f"## Global vs. query-specific rubric on {len(rubric_cmp)} rollouts (judge `{_judge_name}`)\n"
-              f"Pearson r = {_corr:.2f}. "
+              + (f"The run's training judge `{_run_judge}` is a probability judge, which writes no rubric: both "
+                 f"rubrics are asked of the settings' judge `{_judge_name}` instead. " if _judge_name != _run_judge else "")
+              + f"Pearson r = {_corr:.2f}. "
               "Query-specific rubrics are written once per query by the LLM (cached) and scored as Σ w·c / Σ w."),
         mo.ui.table(rubric_cmp, selection=None),
         mo.md("An LLM-written rubric:\n\n" + ("\n".join(f"- [{cr.weight}] {cr.text}" for cr in _example.criteria)

@@ -69,7 +69,7 @@ class Settings(BaseModel):
     rar_steps: int | None = Field(10, ge=1, description="GRPO steps of each RaR run (likewise)")
     curriculum: Literal["uniform", "easy-to-hard"] = Field("uniform", description="RLVR query order: `uniform` or `easy-to-hard`")
     compare_curriculum: bool = Field(False, description="notebook 04 also trains the other curriculum and compares")
-    train_now: bool = Field(False, description="notebook 04 trains its configured run even when the repository holds committed runs (`make demo` sets it); otherwise it reads them")
+    train_now: bool = Field(False, description="notebooks 04 and 05 train their configured run even when the repository holds committed runs (`make demo` sets it); otherwise they read them")
     label_queries: int = Field(3, ge=0, description="train queries the labeller runs on in notebook 02")
     triage_queries: int = Field(6, ge=0, description="train queries triaged in notebook 02")
     demo_episodes: int = Field(3, ge=1, description="dev episodes of notebook 03")
