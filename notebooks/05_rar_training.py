@@ -171,7 +171,8 @@ def _(mo, pd, plt, rar, rar_info, rlvr, rlvr_info, s, save, save_table, sns):
 @app.cell
 def _(mo, rar, save_table):
     _crit = [k for k in ("reward/search_diversity", "reward/thoroughness", "reward/thoughtfulness",
-                         "reward/document_relevance", "reward/holistic", "reward/judge_score", "reward/length_penalty")
+                         "reward/document_relevance", "reward/holistic", "reward/docs_yes", "reward/judge_score",
+                         "reward/length_penalty")
              if k in rar["rollouts"]]
     judge_by_step = rar["rollouts"].groupby("step")[_crit].mean().reset_index()
     save_table(judge_by_step, "05_judge_scores_by_step")
