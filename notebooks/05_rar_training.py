@@ -170,10 +170,11 @@ def _(mo, pd, plt, rar, rar_info, rlvr, rlvr_info, s, save, save_table, sns):
 
 @app.cell
 def _(mo, rar, save_table):
-    _crit = [k for k in ("reward/search_diversity", "reward/thoroughness", "reward/thoughtfulness",
-                         "reward/document_relevance", "reward/holistic", "reward/docs_yes", "reward/judge_score",
-                         "reward/length_penalty")
-             if k in rar["rollouts"]]
+    from arxivqa.judge import CRITERIA as _criteria
+
+    # every reading a judge can leave: the rubric's criteria and holistic, a probability judge's parts
+    _names = (*_criteria, "holistic", "docs_yes", *(f"yes_{c}" for c in _criteria), "judge_score", "length_penalty")
+    _crit = [f"reward/{k}" for k in _names if f"reward/{k}" in rar["rollouts"]]
     judge_by_step = rar["rollouts"].groupby("step")[_crit].mean().reset_index()
     save_table(judge_by_step, "05_judge_scores_by_step")
     mo.vstack([mo.md("## What the judge said, per step (means)"), mo.ui.table(judge_by_step, selection=None)])
