@@ -204,3 +204,28 @@ def tiny_qwen(tmp_path_factory):
     AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
     AutoTokenizer.from_pretrained(base).save_pretrained(folder)
     return str(folder)
+
+
+# --------------------------------------------------------------------------- one tiny GRPO run, shared
+
+# The settings (as `--set KEY=VALUE` strings, the way the command line takes them) of a 3-step GRPO run of
+# the tiny model on six queries; tests that interrupt, export, revive or resume a run compare with it.
+TINY_RUN_SETS = ["split=all", "max_steps=3", "num_generations=2", "max_completion_length=16",
+                 "max_tool_calling_iterations=1", "save_steps=1", "lora_r=2", "threads=1", "dtype=float32",
+                 "tensorboard=false", "learning_rate=0.001"]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, tiny_qwen, built_index, papers):
+    """``(sets, config, folder)``: the tiny model's uninterrupted 3-step run (in process) and the settings
+    that made it, ``sets`` naming the model, the query file and the index for the command line."""
+    from arxivqa.train import _parse_value, preset, train
+
+    root = tmp_path_factory.mktemp("tiny-run")
+    qfile = write_jsonl(root / "q.jsonl", [
+        {"qid": f"t{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id], "difficulty": "easy"}
+        for i, p in enumerate(papers[:6])])
+    sets = [f"model={tiny_qwen}", f"queries={qfile}", *TINY_RUN_SETS]
+    cfg = preset("cpu-demo", **{k: _parse_value(v) for k, v in (s.split("=", 1) for s in sets)})
+    train(cfg, root / "straight", index=built_index)
+    return sets + [f"index={built_index.folder}"], cfg, root / "straight"

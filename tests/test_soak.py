@@ -46,11 +46,10 @@ def test_a_trajectory_with_cut_values_loads_back_unchanged(tmp_path):
     assert (tmp_path / "t2.jsonl").read_text() == (tmp_path / "t.jsonl").read_text()
 
 
-def test_a_training_run_killed_mid_step_resumes_from_its_checkpoint_with_the_same_data_order(
-        built_index, papers, tmp_path, tiny_qwen):
+def test_a_training_run_killed_mid_step_resumes_from_its_checkpoint_with_the_same_data_order(tiny_run, tmp_path):
     """A GRPO run (tiny model, real TRL) SIGKILLed during step 3, after checkpoint 2, then resumed with
     --resume: every step is logged once, and each step trained on the queries an uninterrupted run of
-    the same config trained on."""
+    the same settings (the shared ``tiny_run``) trained on."""
     import os
     import signal
     import subprocess
@@ -58,14 +57,8 @@ def test_a_training_run_killed_mid_step_resumes_from_its_checkpoint_with_the_sam
     import time
 
     from arxivqa.train import load_rollouts
-    from conftest import write_jsonl
 
-    qfile = write_jsonl(tmp_path / "q.jsonl", [
-        {"qid": f"t{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id], "difficulty": "easy"}
-        for i, p in enumerate(papers[:6])])
-    sets = [f"model={tiny_qwen}", f"queries={qfile}", "split=all", f"index={built_index.folder}", "max_steps=3",
-            "num_generations=2", "max_completion_length=24", "max_tool_calling_iterations=1", "save_steps=1",
-            "lora_r=2", "threads=1", "dtype=float32", "tensorboard=false"]
+    sets, _cfg, whole = tiny_run
 
     def command(out, resume=False):
         args = [sys.executable, "-m", "arxivqa.train", "--preset", "cpu-demo", "--reward", "rlvr", "--out", str(out)]
@@ -74,8 +67,7 @@ def test_a_training_run_killed_mid_step_resumes_from_its_checkpoint_with_the_sam
         return args + (["--resume"] if resume else [])
 
     env = {**os.environ, "ARXIVQA_RESULTS_DIR": str(tmp_path / "results")}
-    whole, cut = tmp_path / "whole", tmp_path / "cut"
-    subprocess.run(command(whole), check=True, env=env, capture_output=True, timeout=600)
+    cut = tmp_path / "cut"
     proc = subprocess.Popen(command(cut), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 600
     while not (cut / "checkpoint-2" / "trainer_state.json").exists():  # step 3 begins right after this

@@ -1,5 +1,6 @@
 """GRPO training: config assembly, the lazy GPU path, rollouts rebuilt from TRL's messages, the reward
-function TRL calls, and one real GRPO step (plus a resume) with the packaged model on the tiny index."""
+function TRL calls, one real GRPO step with the packaged model on the tiny index, and a run's life after it
+(resume, read back, export, evaluation) with a tiny model."""
 
 import json
 import subprocess
@@ -135,7 +136,7 @@ def test_the_reward_function_scores_logs_and_records(built_index, papers, tmp_pa
     assert metrics["rlvr/search_recall"] == 0.5 and metrics["rollout/tool_calls"] == 1.5
 
 
-def test_one_grpo_step_and_a_resume_with_the_packaged_model(built_index, papers, tmp_path):
+def test_one_grpo_step_with_the_packaged_model(built_index, papers, tmp_path):
     qfile = write_jsonl(tmp_path / "q.jsonl", [
         {"qid": f"t{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id], "difficulty": "easy"}
         for i, p in enumerate(papers[:3])])
@@ -143,6 +144,11 @@ def test_one_grpo_step_and_a_resume_with_the_packaged_model(built_index, papers,
                  max_completion_length=48, max_tool_calling_iterations=1, save_steps=1, lora_r=2, threads=2)
     out = tmp_path / "run"
     train(cfg, out, index=built_index)
+    _check_first_step(out)
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))  # TRL's logs, live in TensorBoard
+
+
+def _check_first_step(out):
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     step1 = next(m for m in metrics if m.get("step") == 1 and "loss" in m)
     assert "entropy" in step1 and "rlvr/search_recall" in step1 and "reward" in step1
@@ -152,6 +158,19 @@ def test_one_grpo_step_and_a_resume_with_the_packaged_model(built_index, papers,
     assert timing[0]["loss_forward"] > 0 and timing[0]["total"] >= timing[0]["generation"] + timing[0]["loss_forward"]
     assert timing[0]["lora_norm"] >= 0.0  # logged every step: 0 until a group has a reward signal
     assert json.loads((out / "config.json").read_text())["max_steps"] == 1
+
+
+def test_a_run_resumes_is_read_back_exported_and_evaluated_on_a_file_it_never_saw(tiny_qwen, built_index, papers,
+                                                                                   tmp_path):
+    qfile = write_jsonl(tmp_path / "q.jsonl", [
+        {"qid": f"t{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id], "difficulty": "easy"}
+        for i, p in enumerate(papers[:3])])
+    cfg = preset("cpu-demo", model=tiny_qwen, queries=str(qfile), split="all", max_steps=1, num_generations=2,
+                 max_completion_length=48, max_tool_calling_iterations=1, save_steps=1, lora_r=2, threads=2,
+                 dtype="float32")
+    out = tmp_path / "run"
+    train(cfg, out, index=built_index)
+    _check_first_step(out)
     # resume: one more step continues from checkpoint-1 and keeps step 1's rollouts
     train(cfg.model_copy(update={"max_steps": 2}), out, resume=True, index=built_index)
     steps = [r["step"] for r in load_rollouts(out / "rollouts.jsonl")]
@@ -170,7 +189,6 @@ def test_one_grpo_step_and_a_resume_with_the_packaged_model(built_index, papers,
     policy = make_policy(f"run:{out}")
     turn = policy.chat([{"role": "user", "content": "Find papers on sparse attention."}], tool_schemas(), 4)
     assert policy.name == "run:run" and 0 < turn.completion_tokens <= 4
-    assert list((out / "tensorboard").glob("events.out.tfevents.*"))  # TRL's logs, live in TensorBoard
     # kept in the repository: the compact outputs, the adapter in bf16 naming its base by name, no checkpoints
     from safetensors.torch import load_file
 
@@ -313,22 +331,15 @@ def test_gradient_accumulation_slices_the_update_not_the_step(tiny_qwen, built_i
         grpo_args(cfg.model_copy(update={"gradient_accumulation_steps": 3}), tmp_path)
 
 
-def test_an_unfinished_run_kept_in_the_repository_continues_where_it_stopped(tiny_qwen, built_index, papers, tmp_path):
+def test_an_unfinished_run_kept_in_the_repository_continues_where_it_stopped(tiny_run, built_index, tmp_path):
     """A run exported unfinished (logs and its last checkpoint's adapter) is made resumable on a fresh
-    machine: it continues at the next step with the queries a run never interrupted trains on, and the
-    learning rate continues its decay instead of starting again."""
+    machine: it continues at the next step with the queries a run never interrupted (the shared
+    ``tiny_run``) trains on, and the learning rate continues its decay instead of starting again."""
     import shutil
 
     from arxivqa.train import export_run, read_run, revive_run
 
-    qfile = write_jsonl(tmp_path / "q.jsonl", [
-        {"qid": f"t{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id], "difficulty": "easy"}
-        for i, p in enumerate(papers[:3])])
-    cfg = preset("cpu-demo", model=tiny_qwen, queries=str(qfile), split="all", max_steps=3, num_generations=2,
-                 max_completion_length=16, max_tool_calling_iterations=1, save_steps=1, lora_r=2, threads=1,
-                 tensorboard=False, dtype="float32", learning_rate=1e-3)
-    straight = tmp_path / "straight"
-    train(cfg, straight, index=built_index)
+    _sets, cfg, straight = tiny_run
     # the same run stopped after step 1 (its config still says 3 steps) and kept in the repository
     stopped = tmp_path / "stopped"
     train(cfg.model_copy(update={"max_steps": 1}), stopped, index=built_index)
@@ -337,7 +348,7 @@ def test_an_unfinished_run_kept_in_the_repository_continues_where_it_stopped(tin
     kept = export_run(stopped, tmp_path / "committed" / "stopped")
     assert not read_run(kept).finished and (kept / "checkpoint-1" / "adapter_model.safetensors").exists()
     with pytest.raises(ValueError, match="nothing to continue"):
-        revive_run(tmp_path / "straight", tmp_path / "nowhere")
+        revive_run(straight, tmp_path / "nowhere")
     out = revive_run(kept, tmp_path / "fresh-machine" / "stopped")
     with pytest.raises(ValueError, match="not empty"):
         revive_run(kept, out)

@@ -18,9 +18,9 @@ search rounds, 2 to 8 calls) so that RL has behaviours to choose among and a col
 - ``finish`` with the reciprocal-rank fusion of every ranking, best first (at most 10).
 
 Gold labels select demonstrations (finished, search recall > 0 on the training split), they never
-choose an action. A second source is the policy's own episodes (``policy_demos``: rejection sampling,
-the same selection) and, when configured, a stronger endpoint's episodes (distillation) — both through
-``Agent.run`` with the same tools.
+choose an action. The teacher is the only source built so far: the issue's other two — the policy's own
+episodes kept by the same selection (rejection sampling) and a stronger endpoint's episodes
+(distillation) — are not implemented.
 
 **SFT** (``train_sft``): TRL's ``SFTTrainer`` with LoRA on ``{"messages", "tools"}`` rows, loss on the
 assistant tokens only (TRL's training chat template for Qwen2.5 adds the generation markers); the adapter
