@@ -171,3 +171,98 @@ def test_a_second_stage_trains_on_unseen_demonstrations_with_the_rollouts_prompt
     assert row["messages"][0] == {"role": "system", "content": COMPACT_SYSTEM_PROMPT}
     assert row["messages"][1] == demos[0].messages[1] and demos[0].messages[0]["content"] == "old prompt"
     assert demos[0].row([])["messages"][0]["content"] == "old prompt"
+
+
+class _Searcher:
+    """A test double for a policy: it searches the query's words (``repeat``: the same search twice), then
+    finishes with the first paper it was shown, reading nothing but the conversation; it records each request."""
+
+    name = "searcher"
+
+    def __init__(self, repeat: bool = False):
+        self.repeat, self.requests = repeat, []
+
+    def chat(self, messages, tools, max_new_tokens):
+        import copy
+        import re
+
+        from arxivqa.records import AssistantTurn, ToolCall
+
+        self.requests.append(copy.deepcopy(messages))
+        query = messages[1]["content"].removeprefix("Search query: ")
+        searches = sum(m["role"] == "assistant" for m in messages)
+        if searches < (2 if self.repeat else 1):
+            call = ToolCall(name="keyword_search", arguments={"query": query})
+        else:
+            shown = re.findall(r"P-[0-9a-f]{8}", "".join(m["content"] for m in messages if m["role"] == "tool"))
+            call = ToolCall(name="finish", arguments={"paper_ids": shown[:1]})
+        return AssistantTurn(text="Next step.", tool_calls=[call], completion_tokens=5)
+
+
+def _chat(messages):
+    """Messages without call IDs, arguments as values: what a chat template renders."""
+    import json
+
+    def args(a):
+        return json.loads(a) if isinstance(a, str) else a
+
+    return [(m["role"], m.get("name"), m.get("content"),
+             [(c["function"]["name"], args(c["function"]["arguments"])) for c in m.get("tool_calls", [])])
+            for m in messages]
+
+
+def test_a_policys_own_episodes_become_demonstrations_of_the_chat_it_was_sent(built_index, papers, tmp_path):
+    """Rejection sampling: each train query is played ``per_query`` times with the preset's rollout view;
+    a demonstration is the conversation the policy was sent, plus its last turn and the tools' answers."""
+    from arxivqa.corpus import select_queries
+    from arxivqa.sft import demo_stats, policy_demos
+    from arxivqa.train import preset, prompt_for
+
+    qfile = write_jsonl(tmp_path / "q.jsonl", [
+        {"qid": f"t{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id], "difficulty": "easy"}
+        for i, p in enumerate(papers[:12])])
+    train = {q.qid for q in select_queries(qfile, "train").queries}
+    policy = _Searcher()
+    demos = policy_demos(DemoConfig(queries=str(qfile), per_query=2, limit=3, policy="searcher"),
+                         index=built_index, policy=policy, progress=False)
+    assert len(demos) == 6 and {d.qid for d in demos} <= train and len({d.qid for d in demos}) == 3
+    cfg = preset("cpu-warm")
+    for d in demos:
+        assert d.source == "policy:searcher" and d.shape == "1 rounds, 2 calls"
+        assert d.messages[0]["content"] == prompt_for(cfg) and d.messages[1]["content"].startswith("Search query: ")
+        # what the policy was sent on its last turn, then that turn and the tool's answer
+        sent = [r for r in policy.requests if len(r) == len(d.messages) - 2]
+        assert sum(_chat(r) == _chat(d.messages[:-2]) for r in sent) == 1  # its own episode's, IDs included
+        assert d.messages[-2]["tool_calls"][0]["function"]["name"] == "finish"
+        assert d.messages[-1]["role"] == "tool" and d.messages[-1]["content"].startswith("Submitted")
+        hits = [r for r in d.trajectory.tool_results if r.query]
+        assert len(hits[0].hits) <= cfg.tool_max_results  # the preset's tool view
+    # the title searched as written finds its own paper: finished, gold surfaced, nothing refused
+    assert all(d.selected for d in demos) and demo_stats(demos)["selected"] == 6
+    with pytest.raises(ValueError, match="training split"):
+        policy_demos(DemoConfig(queries=str(qfile), split="dev", policy="searcher"), index=built_index, policy=policy)
+
+
+def test_an_episode_with_a_refused_call_is_not_a_demonstration(built_index, papers, tmp_path):
+    """The environment refuses a repeated search; a demonstration would teach the repeat, so it is not kept."""
+    from arxivqa.sft import policy_demos
+
+    qfile = write_jsonl(tmp_path / "q.jsonl", [
+        {"qid": f"t{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id], "difficulty": "easy"}
+        for i, p in enumerate(papers[:12])])
+    demos = policy_demos(DemoConfig(queries=str(qfile), per_query=1, limit=2, policy="searcher"),
+                         index=built_index, policy=_Searcher(repeat=True), progress=False)
+    assert demos and all(d.trajectory.stop_reason == "finished" for d in demos)
+    assert {(d.selected, d.reason) for d in demos} == {(False, "a tool call refused")}
+    # stripped of the refused repeat (its call and its error message), the rest is the one-search episode
+    from arxivqa.sft import strip_refused
+
+    once = policy_demos(DemoConfig(queries=str(qfile), per_query=1, limit=2, policy="searcher"),
+                        index=built_index, policy=_Searcher(), progress=False)
+    for d, clean in zip(demos, once):
+        s = strip_refused(d)
+        assert s.selected and s.reason.endswith("1 refused call removed") and s.shape == clean.shape
+        assert not any(m["role"] == "tool" and m["content"].startswith("Error") for m in s.messages)
+        assert [m["role"] for m in s.messages] == [m["role"] for m in clean.messages]
+        assert len(d.trajectory.tool_results) == 3 and not d.selected  # the original is left as it was
+    assert strip_refused(once[0]) is once[0]

@@ -17,10 +17,15 @@ search rounds, 2 to 8 calls) so that RL has behaviours to choose among and a col
 - ``read_page`` on an uncertain candidate (one that only one tool found) in some episodes;
 - ``finish`` with the reciprocal-rank fusion of every ranking, best first (at most 10).
 
-Gold labels select demonstrations (finished, search recall > 0 on the training split), they never
-choose an action. The teacher is the only source built so far: the issue's other two — the policy's own
-episodes kept by the same selection (rejection sampling) and a stronger endpoint's episodes
-(distillation) — are not implemented.
+**Rejection sampling and distillation** (``policy_demos``, ``python -m arxivqa.sft demos --policy <name>``):
+any policy ``agent.make_policy`` knows — the policy itself (``local:<model>``, sampled at a temperature:
+rejection sampling) or a stronger endpoint (``openai:<model>@<url>``, an endpoint of
+``configs/endpoints.toml``, a vLLM server: distillation) — plays the train queries with the rollout view of
+a training preset (its prompt, user message, tool view and budgets), and its episodes are written in the
+same chat format, kept by the same selection.
+
+Gold labels select demonstrations (finished, search recall > 0 on the training split, every turn readable
+and no tool call refused), they never choose an action.
 
 **SFT** (``train_sft``): TRL's ``SFTTrainer`` with LoRA on ``{"messages", "tools"}`` rows, loss on the
 assistant tokens only (TRL's training chat template for Qwen2.5 adds the generation markers); the adapter
@@ -165,19 +170,27 @@ def teacher_episode(query: Query, env, rng: random.Random, system_prompt: str, m
              [("finish", {"paper_ids": picked})])
     traj.submitted = env.episode.submitted
     traj.stop_reason = "finished" if env.episode.finished else "no_finish"
-    calls_made = len(traj.tool_results)
-    shape = f"{sum(1 for s in traj.steps if any(r.query for r in s.results))} rounds, {calls_made} calls" + (
-        ", read" if any(r.name == "read_page" for r in traj.tool_results) else "")
-    return Demo(qid=query.qid, source="teacher", shape=shape, messages=messages, trajectory=traj)
+    return Demo(qid=query.qid, source="teacher", shape=episode_shape(traj), messages=messages, trajectory=traj)
+
+
+def episode_shape(traj: Trajectory) -> str:
+    """``"<search rounds> rounds, <calls> calls[, read]"``: the shape a demonstration teaches."""
+    shape = f"{sum(1 for s in traj.steps if any(r.query for r in s.results))} rounds, {len(traj.tool_results)} calls"
+    return shape + (", read" if any(r.name == "read_page" for r in traj.tool_results) else "")
 
 
 def select(demo: Demo) -> Demo:
-    """Keep a demonstration that finished and whose searches surfaced a gold paper (gold selects, it never
+    """Keep a demonstration that finished, whose searches surfaced a gold paper, and in which every turn was
+    readable and no call was refused (a demonstration teaches every token of it; gold selects, it never
     chooses an action)."""
     traj = demo.trajectory
     recall = search_recall(traj)
     if traj.stop_reason != "finished":
         demo.selected, demo.reason = False, "did not finish"
+    elif any(s.assistant.parse_problems for s in traj.steps):
+        demo.selected, demo.reason = False, "an unreadable turn"
+    elif any(r.error for r in traj.tool_results):
+        demo.selected, demo.reason = False, "a tool call refused"
     elif not recall > 0:
         demo.selected, demo.reason = False, "no gold paper surfaced"
     else:
@@ -189,9 +202,14 @@ def select(demo: Demo) -> Demo:
 
 
 class DemoConfig(BaseModel):
-    """What a demonstration file is made from (saved next to it)."""
+    """What a demonstration file is made from (saved next to it). ``policy`` None: the scripted teacher with
+    the view below; a policy name: that policy's episodes (``policy_demos``) with the rollout view of the
+    training preset ``preset``, sampled at ``temperature``."""
 
     queries: str | None = None
+    policy: str | None = None
+    preset: str = "cpu-warm"
+    temperature: float = 0.7
     split: str = "train"  # demonstrations come from the training split only
     limit: int | None = None
     per_query: int = Field(2, ge=1, description="teacher episodes per query (shapes drawn independently)")
@@ -227,6 +245,87 @@ def make_demos(cfg: DemoConfig, index=None, progress: bool = True) -> list[Demo]
     return out
 
 
+def trajectory_messages(traj: Trajectory, system_prompt: str, user_template: str = "{query}") -> list[dict]:
+    """An agent episode's chat in the demonstration format (``teacher_episode``'s): the system prompt, the
+    user message, and per turn the assistant's text with its calls (arguments as the policy wrote them) and
+    one tool message per call with the text the tool returned — the conversation the agent sent the policy.
+    A turn without a call, or an unreadable one (the agent's feedback message is not rebuilt), ends the
+    chat there; ``select`` keeps no such episode."""
+    messages: list[dict] = [{"role": "system", "content": system_prompt},
+                            {"role": "user", "content": user_template.format(query=traj.query)}]
+    for step in traj.steps:
+        turn = step.assistant
+        msg: dict = {"role": "assistant", "content": turn.text}
+        if turn.tool_calls:
+            msg["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                                 for c in turn.tool_calls]
+        messages.append(msg)
+        messages += [{"role": "tool", "name": r.name, "content": r.result} for r in step.results]
+        if not turn.tool_calls or turn.parse_problems:
+            break
+    return messages
+
+
+def strip_refused(demo: Demo) -> Demo:
+    """The demonstration without its refused calls (a repeated search, a bad page, an unknown ID): each such
+    call leaves its turn with its error message, a turn left without a call goes, and the result is selected
+    again. A policy's episodes often repeat their first search once before finishing; kept whole they would
+    teach the repeat, stripped they teach the rest of the episode. The recorded prompt and user message stay."""
+    traj = demo.trajectory.model_copy(deep=True)
+    removed, steps = 0, []
+    for step in traj.steps:
+        refused = {r.call_id for r in step.results if r.error}
+        if not refused:
+            steps.append(step)
+            continue
+        removed += len(refused)
+        step.assistant.tool_calls = [c for c in step.assistant.tool_calls if c.id not in refused]
+        step.results = [r for r in step.results if not r.error]
+        if step.assistant.tool_calls:
+            steps.append(step)
+    if not removed:
+        return demo
+    traj.steps = steps
+    messages = demo.messages[:2] + trajectory_messages(traj, "", "{query}")[2:]
+    out = select(demo.model_copy(update={"trajectory": traj, "messages": messages, "shape": episode_shape(traj)}))
+    if out.selected:
+        out.reason += f"; {removed} refused call{'s' if removed > 1 else ''} removed"
+    return out
+
+
+def policy_demos(cfg: DemoConfig, index=None, policy=None, batch_size: int | None = None,
+                 progress: bool = True) -> list[Demo]:
+    """Rejection sampling (the policy's own episodes) or distillation (a stronger endpoint's): the policy
+    ``cfg.policy`` (or an already loaded ``policy``) plays each train query ``per_query`` times, sampled at
+    ``cfg.temperature``, with the rollout view of the preset ``cfg.preset`` (prompt, user message, tool view,
+    budgets; ``evaluate_warm_start`` measures with the same); each episode becomes a ``Demo`` in the
+    teacher's format, kept or not by ``select``. An in-process policy runs the episodes in lockstep."""
+    import torch
+
+    from .agent import make_policy
+    from .evaluate import run_agent_eval
+    from .index import open_index_spec
+    from .train import preset, rollout_view
+
+    if cfg.split != "train":
+        raise ValueError("demonstrations come from the training split only (split='train')")
+    if cfg.policy is None and policy is None:
+        raise ValueError("policy_demos needs a policy (cfg.policy); the scripted teacher is make_demos")
+    run_cfg = preset(cfg.preset)
+    queries = select_queries(cfg.queries, "train", cfg.limit).queries
+    index = index or open_index_spec(cfg.index, embedder=cfg.embedder or run_cfg.embedder)
+    view = rollout_view(run_cfg)
+    torch.manual_seed(cfg.seed)  # an in-process policy samples with torch's generator
+    policy = policy or make_policy(cfg.policy, temperature=cfg.temperature)
+    plays = [q for q in queries for _ in range(cfg.per_query)]
+    trajs = run_agent_eval(policy.name, plays, index, budgets=view["budgets"], progress=progress,
+                           system_prompt=view["system_prompt"], env_kwargs=view["env_kwargs"],
+                           user_template=view["user_template"], policy=policy, batch_size=batch_size)
+    return [select(Demo(qid=t.qid, source=f"policy:{policy.name}", shape=episode_shape(t), trajectory=t,
+                        messages=trajectory_messages(t, view["system_prompt"], view["user_template"])))
+            for t in trajs]
+
+
 def save_demos(path: str | Path, demos: Sequence[Demo], cfg: DemoConfig | None = None) -> Path:
     path = Path(path)
     atomic_write_text(path, "".join(d.model_dump_json() + "\n" for d in demos))
@@ -257,15 +356,16 @@ def spread(demos: Sequence[Demo], limit: int | None = None, skip: int = 0) -> li
 
 
 def demo_stats(demos: Sequence[Demo]) -> dict[str, Any]:
-    """Counts a reader needs: how many were kept, their shapes, and the teacher's recall."""
+    """Counts a reader needs: how many were kept, their shapes, and the recall of every episode (kept or not)."""
     from .records import submission_recall
 
     kept = [d for d in demos if d.selected]
     rec = [submission_recall(d.trajectory) for d in demos if d.trajectory.gold_in_corpus]
     return {"episodes": len(demos), "selected": len(kept), "queries": len({d.qid for d in demos}),
+            "sources": dict(Counter(d.source for d in demos)),
             "selected_queries": len({d.qid for d in kept}),
             "shapes": dict(Counter(d.shape for d in kept).most_common()),
-            "teacher_recall_at_10": sum(rec) / len(rec) if rec else None,
+            "recall_at_10": sum(rec) / len(rec) if rec else None,
             "rejected": dict(Counter(d.reason for d in demos if not d.selected))}
 
 
@@ -436,8 +536,14 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--index", default=None)
     d.add_argument("--embedder", default=None, help="the index's semantic side (default: the setting embedder)")
     d.add_argument("--out", default=None, help="default: <data>/sft/demos-<scale>-seed<seed>.jsonl")
+    d.add_argument("--policy", default=None,
+                   help="a policy's episodes instead of the teacher's: local:<model> (rejection sampling) or a "
+                        "stronger endpoint (distillation), with the rollout view of --preset")
+    d.add_argument("--preset", default="cpu-warm", help="with --policy: the training preset whose view applies")
+    d.add_argument("--temperature", type=float, default=DemoConfig().temperature, help="with --policy")
+    d.add_argument("--batch", type=int, default=None, help="with --policy: episodes in lockstep (default eval_batch)")
     t = sub.add_parser("train", help="LoRA SFT on a demonstration file -> a merged model folder")
-    t.add_argument("--demos", required=True)
+    t.add_argument("--demos", required=True, nargs="+", help="one or more demonstration files (any mix of sources)")
     t.add_argument("--model", default=SFTSettings().model)
     t.add_argument("--out", required=True)
     t.add_argument("--epochs", type=float, default=SFTSettings().epochs)
@@ -448,6 +554,8 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--preset", default="cpu-warm", help="the training preset whose system prompt the demonstrations get")
     t.add_argument("--max-length", type=int, default=SFTSettings().max_length)
     t.add_argument("--lr", type=float, default=SFTSettings().learning_rate)
+    t.add_argument("--strip-refused", action="store_true",
+                   help="train on the demonstrations without their refused calls (strip_refused), selected again")
     e = sub.add_parser("eval", help="a warm-started model and the teacher on dev queries (rollout prompt, view, budgets)")
     e.add_argument("--model", required=True, help="a model folder (e.g. the output of `train`) or packaged name")
     e.add_argument("--limit", type=int, default=20)
@@ -455,8 +563,9 @@ def main(argv: list[str] | None = None) -> None:
     e.add_argument("--out", default=None, help="default: <results>/warm_start/<model folder name>.json")
     a = p.parse_args(argv)
     if a.cmd == "demos":
-        cfg = DemoConfig(limit=a.limit, per_query=a.per_query, seed=a.seed, index=a.index, embedder=a.embedder)
-        demos = make_demos(cfg)
+        cfg = DemoConfig(limit=a.limit, per_query=a.per_query, seed=a.seed, index=a.index, embedder=a.embedder,
+                         policy=a.policy, preset=a.preset, temperature=a.temperature)
+        demos = policy_demos(cfg, batch_size=a.batch) if a.policy else make_demos(cfg)
         out = Path(a.out or settings().runs_dir.parent / "sft" / f"demos-{settings().scale}-seed{a.seed}.jsonl")
         save_demos(out, demos, cfg)
         print(json.dumps({"out": str(out), **demo_stats(demos)}, indent=2))
@@ -464,11 +573,12 @@ def main(argv: list[str] | None = None) -> None:
         from .train import preset, prompt_for
 
         run_cfg = preset(a.preset)
-        demos = spread(load_demos(a.demos), a.limit, a.skip)
+        demos = [d for f in a.demos for d in load_demos(f)]
+        demos = spread([strip_refused(d) for d in demos] if a.strip_refused else demos, a.limit, a.skip)
         info = train_sft(demos, a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads,
                                                    max_length=a.max_length, learning_rate=a.lr),
                          system_prompt=prompt_for(run_cfg), user_template=run_cfg.user_template,
-                         meta={"demos_file": Path(a.demos).name, "skipped": a.skip, "prompt_preset": a.preset})
+                         meta={"demos_file": ", ".join(Path(f).name for f in a.demos), "strip_refused": a.strip_refused, "skipped": a.skip, "prompt_preset": a.preset})
         publish_warm_start(a.out)
         print(json.dumps({k: v for k, v in info.items() if k != "log"}, indent=2, default=str))
     else:
