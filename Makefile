@@ -22,7 +22,7 @@ TORCH_CPU_WHEELS ?= /opt/wheels
 LOCK_FLAGS ?=
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start train-long train-rar-long clean-index
+.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start warm-start-rs train-long train-rar-long clean-index
 
 setup: $(VENV)/.setup-done  ## create .venv, install the locked CPU set (requirements.lock), prepare the offline embedder
 
@@ -121,6 +121,17 @@ warm-start: setup  ## teacher demonstrations (train split) -> LoRA SFT of the cp
 	$(PY) -m arxivqa.sft demos --per-query 1 --seed 1 --embedder minilm-128 --out data/sft/demos-demo-minilm-seed1.jsonl
 	$(PY) -m arxivqa.sft train --demos data/sft/demos-demo-minilm-seed1.jsonl --model $(WARM_MODEL) --limit $(WARM_DEMOS) --epochs 1 --lr 2e-4 --out data/models/$(WARM_MODEL)-sft
 	$(PY) -m arxivqa.sft eval --model $(WARM_MODEL)-sft --limit 20
+
+# The same from the policy's own episodes (rejection sampling): the base policy plays RS_QUERIES train queries
+# once each at temperature 0.7 with the cpu-warm rollout view; the finished, readable episodes whose searches
+# surfaced a gold paper, without their refused calls, are the demonstrations; the warm start is evaluated held out
+# (dev split) with the view of the committed RLVR run, like its base (README "Warm start"; ~2 h on 2 cores).
+RS_QUERIES ?= 40
+warm-start-rs: setup  ## the policy's own episodes (train split) -> LoRA SFT -> data/models/$(WARM_MODEL)-rs + results/warm_start/$(WARM_MODEL)-rs/
+	$(PY) -m arxivqa.index build --embedder minilm-128
+	$(PY) -m arxivqa.sft demos --policy local:$(WARM_MODEL) --limit $(RS_QUERIES) --per-query 1 --seed 0 --out data/sft/demos-policy-$(WARM_MODEL)-seed0.jsonl
+	$(PY) -m arxivqa.sft train --demos data/sft/demos-policy-$(WARM_MODEL)-seed0.jsonl --strip-refused --model $(WARM_MODEL) --epochs 3 --lr 2e-4 --out data/models/$(WARM_MODEL)-rs
+	$(PY) -m arxivqa.evaluate --policy local:$(WARM_MODEL)-rs --view results/runs/rlvr-cpu-warm-uniform-100steps-seed0 --name heldout-dev-rs
 
 # The long RLVR runs kept in the repository: the cpu-warm preset (its policy chosen by measurement, README "Warm start"), uniform and
 # easy-to-hard, LONG_STEPS GRPO steps each, on the demo index with the MiniLM semantic side; each is

@@ -266,3 +266,8 @@ def test_an_episode_with_a_refused_call_is_not_a_demonstration(built_index, pape
         assert [m["role"] for m in s.messages] == [m["role"] for m in clean.messages]
         assert len(d.trajectory.tool_results) == 3 and not d.selected  # the original is left as it was
     assert strip_refused(once[0]) is once[0]
+    from arxivqa.sft import demos_record
+
+    rec = demos_record(demos, ["data/sft/x.jsonl"], stripped=True)  # what a warm start records it trained on
+    assert rec["files"] == ["x.jsonl"] and rec["selected"] == 2 and rec["before_strip"]["selected"] == 0
+    assert rec["before_strip"]["rejected"] == {"a tool call refused": 2} and len(rec["selected_demos"]) == 2

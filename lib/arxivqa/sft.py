@@ -369,6 +369,17 @@ def demo_stats(demos: Sequence[Demo]) -> dict[str, Any]:
             "rejected": dict(Counter(d.reason for d in demos if not d.selected))}
 
 
+def demos_record(raw: Sequence[Demo], files: Sequence[str | Path], stripped: bool = False) -> dict[str, Any]:
+    """What a warm start was trained from (``demos.json`` next to ``sft.json``): the files, their counts
+    (``demo_stats``; with ``stripped``, after ``strip_refused``, and the counts before under ``before_strip``)
+    and each selected demonstration's query and shape."""
+    demos = [strip_refused(d) for d in raw] if stripped else list(raw)
+    out = {"files": [Path(f).name for f in files], "strip_refused": stripped, **demo_stats(demos),
+           "selected_demos": [{"qid": d.qid, "source": d.source, "shape": d.shape, "reason": d.reason}
+                              for d in demos if d.selected]}
+    return out | ({"before_strip": demo_stats(raw)} if stripped else {})
+
+
 # --------------------------------------------------------------------------- SFT
 
 
@@ -475,6 +486,8 @@ def publish_warm_start(model_dir: str | Path) -> Path:
     for f in ("adapter_config.json", "adapter_model.safetensors"):  # not PEFT's generated model card
         shutil.copy(src / "adapter" / f, dst / "adapter" / f)
     shutil.copy(src / "sft.json", dst / "sft.json")
+    if (src / "demos.json").exists():
+        shutil.copy(src / "demos.json", dst / "demos.json")
     return dst
 
 
@@ -570,15 +583,17 @@ def main(argv: list[str] | None = None) -> None:
         save_demos(out, demos, cfg)
         print(json.dumps({"out": str(out), **demo_stats(demos)}, indent=2))
     elif a.cmd == "train":
+        from .files import atomic_write_json
         from .train import preset, prompt_for
 
         run_cfg = preset(a.preset)
-        demos = [d for f in a.demos for d in load_demos(f)]
-        demos = spread([strip_refused(d) for d in demos] if a.strip_refused else demos, a.limit, a.skip)
+        raw = [d for f in a.demos for d in load_demos(f)]
+        demos = spread([strip_refused(d) for d in raw] if a.strip_refused else raw, a.limit, a.skip)
         info = train_sft(demos, a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads,
                                                    max_length=a.max_length, learning_rate=a.lr),
                          system_prompt=prompt_for(run_cfg), user_template=run_cfg.user_template,
                          meta={"demos_file": ", ".join(Path(f).name for f in a.demos), "strip_refused": a.strip_refused, "skipped": a.skip, "prompt_preset": a.preset})
+        atomic_write_json(Path(a.out) / "demos.json", demos_record(raw, a.demos, a.strip_refused))
         publish_warm_start(a.out)
         print(json.dumps({k: v for k, v in info.items() if k != "log"}, indent=2, default=str))
     else:
