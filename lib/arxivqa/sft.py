@@ -111,8 +111,6 @@ def teacher_episode(query: Query, env, rng: random.Random, system_prompt: str, m
     env.reset(**query.model_dump())
     rounds, n_calls, read = _plan(query.query, rng)
     traj = Trajectory.start(query, "teacher")
-    messages: list[dict] = [{"role": "system", "content": system_prompt},
-                            {"role": "user", "content": user_template.format(query=query.query)}]
     rankings: list[list[str]] = []  # opaque IDs per search, in rank order
     found_by: dict[str, set[str]] = {}
     titles: list[str] = []
@@ -122,11 +120,8 @@ def teacher_episode(query: Query, env, rng: random.Random, system_prompt: str, m
     def run_turn(text: str, calls: list[tuple[str, dict]]) -> None:
         turn = len(traj.steps) + 1
         step = traj.add_step(AssistantTurn(text=text, tool_calls=[ToolCall(name=n, arguments=a) for n, a in calls]))
-        messages.append({"role": "assistant", "content": text, "tool_calls": [
-            {"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls]})
-        for (name, _args), (result, rec) in zip(calls, env._run_batch(calls, turn=turn)):
+        for (name, _args), (_result, rec) in zip(calls, env._run_batch(calls, turn=turn)):
             step.results.append(rec)
-            messages.append({"role": "tool", "name": name, "content": result})
             if name in ("keyword_search", "semantic_search") and not rec.error:
                 rankings.append([h.id for h in rec.hits])
                 for h in rec.hits:
@@ -170,7 +165,8 @@ def teacher_episode(query: Query, env, rng: random.Random, system_prompt: str, m
              [("finish", {"paper_ids": picked})])
     traj.submitted = env.episode.submitted
     traj.stop_reason = "finished" if env.episode.finished else "no_finish"
-    return Demo(qid=query.qid, source="teacher", shape=episode_shape(traj), messages=messages, trajectory=traj)
+    return Demo(qid=query.qid, source="teacher", shape=episode_shape(traj), trajectory=traj,
+                messages=trajectory_messages(traj, system_prompt, user_template))
 
 
 def episode_shape(traj: Trajectory) -> str:
@@ -246,7 +242,7 @@ def make_demos(cfg: DemoConfig, index=None, progress: bool = True) -> list[Demo]
 
 
 def trajectory_messages(traj: Trajectory, system_prompt: str, user_template: str = "{query}") -> list[dict]:
-    """An agent episode's chat in the demonstration format (``teacher_episode``'s): the system prompt, the
+    """An episode's chat in the demonstration format (the teacher's and a policy's alike): the system prompt, the
     user message, and per turn the assistant's text with its calls (arguments as the policy wrote them) and
     one tool message per call with the text the tool returned — the conversation the agent sent the policy.
     A turn without a call, or an unreadable one (the agent's feedback message is not rebuilt), ends the
@@ -592,7 +588,8 @@ def main(argv: list[str] | None = None) -> None:
         info = train_sft(demos, a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads,
                                                    max_length=a.max_length, learning_rate=a.lr),
                          system_prompt=prompt_for(run_cfg), user_template=run_cfg.user_template,
-                         meta={"demos_file": ", ".join(Path(f).name for f in a.demos), "strip_refused": a.strip_refused, "skipped": a.skip, "prompt_preset": a.preset})
+                         meta={"demos_file": ", ".join(Path(f).name for f in a.demos), "strip_refused": a.strip_refused,
+                               "skipped": a.skip, "prompt_preset": a.preset})
         atomic_write_json(Path(a.out) / "demos.json", demos_record(raw, a.demos, a.strip_refused))
         publish_warm_start(a.out)
         print(json.dumps({k: v for k, v in info.items() if k != "log"}, indent=2, default=str))
