@@ -22,7 +22,7 @@ TORCH_CPU_WHEELS ?= /opt/wheels
 LOCK_FLAGS ?=
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start warm-start-rs train-long train-rar-long clean-index
+.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start warm-start-rs warm-start-rsf train-long train-rar-long clean-index
 
 setup: $(VENV)/.setup-done  ## create .venv, install the locked CPU set (requirements.lock), prepare the offline embedder
 
@@ -127,11 +127,22 @@ warm-start: setup  ## teacher demonstrations (train split) -> LoRA SFT of the cp
 # surfaced a gold paper, without their refused calls, are the demonstrations; the warm start is evaluated held out
 # (dev split) with the view of the committed RLVR run, like its base (README "Warm start"; ~2 h on 2 cores).
 RS_QUERIES ?= 40
-warm-start-rs: setup  ## the policy's own episodes (train split) -> LoRA SFT -> data/models/$(WARM_MODEL)-rs + results/warm_start/$(WARM_MODEL)-rs/
+RS_DEMOS := data/sft/demos-policy-$(WARM_MODEL)-seed0.jsonl
+$(RS_DEMOS): | $(VENV)/.setup-done
 	$(PY) -m arxivqa.index build --embedder minilm-128
-	$(PY) -m arxivqa.sft demos --policy local:$(WARM_MODEL) --limit $(RS_QUERIES) --per-query 1 --seed 0 --out data/sft/demos-policy-$(WARM_MODEL)-seed0.jsonl
-	$(PY) -m arxivqa.sft train --demos data/sft/demos-policy-$(WARM_MODEL)-seed0.jsonl --strip-refused --model $(WARM_MODEL) --epochs 3 --lr 2e-4 --out data/models/$(WARM_MODEL)-rs
+	$(PY) -m arxivqa.sft demos --policy local:$(WARM_MODEL) --limit $(RS_QUERIES) --per-query 1 --seed 0 --out $@
+warm-start-rs: setup $(RS_DEMOS)  ## the policy's own episodes (train split) -> LoRA SFT -> data/models/$(WARM_MODEL)-rs + results/warm_start/$(WARM_MODEL)-rs/
+	$(PY) -m arxivqa.sft train --demos $(RS_DEMOS) --strip-refused --model $(WARM_MODEL) --epochs 3 --lr 2e-4 --out data/models/$(WARM_MODEL)-rs
 	$(PY) -m arxivqa.evaluate --policy local:$(WARM_MODEL)-rs --view results/runs/rlvr-cpu-warm-uniform-100steps-seed0 --name heldout-dev-rs
+
+# The same episodes, each that searched but did not end well completed by the teacher's finish (sft finish:
+# its readable searches replayed, then finish with their fused ranking); 2 epochs; evaluated held out like -rs,
+# and its teacher (the base's held-out episodes, each completed the same way) measured on the same queries.
+warm-start-rsf: setup $(RS_DEMOS)  ## the policy's searches + the teacher's finish -> LoRA SFT -> data/models/$(WARM_MODEL)-rsf + results/warm_start/$(WARM_MODEL)-rsf/
+	$(PY) -m arxivqa.sft finish --demos $(RS_DEMOS) --out data/sft/demos-policy-$(WARM_MODEL)-seed0-finished.jsonl
+	$(PY) -m arxivqa.sft train --demos data/sft/demos-policy-$(WARM_MODEL)-seed0-finished.jsonl --model $(WARM_MODEL) --epochs 2 --lr 2e-4 --out data/models/$(WARM_MODEL)-rsf
+	$(PY) -m arxivqa.evaluate --policy local:$(WARM_MODEL)-rsf --view results/runs/rlvr-cpu-warm-uniform-100steps-seed0 --name heldout-dev-rsf
+	$(PY) -m arxivqa.sft teacher-eval --trajectories results/eval/heldout-dev-rlvr40.trajectories.jsonl --policy local:$(WARM_MODEL) --out results/warm_start/$(WARM_MODEL)-rsf/teacher_dev.json
 
 # The long RLVR runs kept in the repository: the cpu-warm preset (its policy chosen by measurement, README "Warm start"), uniform and
 # easy-to-hard, LONG_STEPS GRPO steps each, on the demo index with the MiniLM semantic side; each is

@@ -271,3 +271,66 @@ def test_an_episode_with_a_refused_call_is_not_a_demonstration(built_index, pape
     rec = demos_record(demos, ["data/sft/x.jsonl"], stripped=True)  # what a warm start records it trained on
     assert rec["files"] == ["x.jsonl"] and rec["selected"] == 2 and rec["before_strip"]["selected"] == 0
     assert rec["before_strip"]["rejected"] == {"a tool call refused": 2} and len(rec["selected_demos"]) == 2
+
+
+class _Looper:
+    """A test double for a small policy that searches but cannot end: with ``unreadable`` its first turn has
+    no readable call; otherwise each turn searches the query's words (a repeat, refused after the first) and
+    writes ``finish`` with an ID it invented."""
+
+    name = "looper"
+
+    def __init__(self, unreadable: bool = False):
+        self.unreadable = unreadable
+
+    def chat(self, messages, tools, max_new_tokens):
+        from arxivqa.records import AssistantTurn, ToolCall
+
+        if self.unreadable and sum(m["role"] == "assistant" for m in messages) == 0:
+            return AssistantTurn(text="", parse_problems=["no closing tag"], completion_tokens=256)
+        query = messages[1]["content"].removeprefix("Search query: ")
+        return AssistantTurn(text="", completion_tokens=40, tool_calls=[
+            ToolCall(name="keyword_search", arguments={"query": query}),
+            ToolCall(name="finish", arguments={"paper_ids": ["P-1234567890"]})])
+
+
+def test_the_teacher_finishes_what_a_policy_searched(built_index, papers, tmp_path):
+    """A policy's episode that never submits becomes its own search turn, replayed, plus the teacher's finish
+    (the fusion of what it saw); a clean episode stays the policy's own; gold only selects."""
+    from arxivqa.sft import finish_demos, policy_demos
+
+    qfile = write_jsonl(tmp_path / "q.jsonl", [
+        {"qid": f"t{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id], "difficulty": "easy"}
+        for i, p in enumerate(papers[:12])])
+    cfg = DemoConfig(queries=str(qfile), per_query=1, limit=2, policy="looper")
+    raw = policy_demos(cfg, index=built_index, policy=_Looper(), progress=False)
+    assert not any(d.selected for d in raw)  # invented IDs: refused, so never finished
+    done = finish_demos(raw, cfg, index=built_index)
+    for d, r in zip(done, raw):
+        assert d.selected and d.source == "policy:looper+teacher-finish" and d.shape == "1 rounds, 2 calls"
+        assert [m["role"] for m in d.messages] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+        search, finish = d.messages[2]["tool_calls"], d.messages[4]["tool_calls"]
+        assert [c["function"]["name"] for c in search] == ["keyword_search"]  # its finish dropped
+        assert search[0]["function"]["arguments"] == r.trajectory.steps[0].assistant.tool_calls[0].arguments
+        shown = [h.id for h in d.trajectory.steps[0].results[0].hits]
+        assert finish[0]["function"]["arguments"] == {"paper_ids": shown[:10]} and shown
+        assert d.messages[-1]["content"].startswith("Submitted") and "Error" not in str(d.messages)
+        assert d.trajectory.submitted and r.trajectory.gold_in_corpus[0] in d.trajectory.submitted
+    # without gold the same actions, not selected
+    blind = [r.model_copy(update={"trajectory": r.trajectory.model_copy(update={"gold_in_corpus": []})}) for r in raw]
+    undone = finish_demos(blind, cfg, index=built_index)
+    assert [_chat(d.messages) for d in undone] == [_chat(d.messages) for d in done]
+    assert {(d.selected, d.reason) for d in undone} == {(False, "no gold paper surfaced")}
+    # an episode that passes on its own is kept as it is; one without a readable search turn is not completed
+    own = policy_demos(cfg.model_copy(update={"policy": "searcher"}), index=built_index, policy=_Searcher(),
+                       progress=False)
+    assert [d.source for d in finish_demos(own, cfg, index=built_index)] == ["policy:searcher"] * 2
+    bad = policy_demos(cfg, index=built_index, policy=_Looper(unreadable=True), progress=False)
+    out = finish_demos(bad, cfg, index=built_index)
+    assert all(not d.selected and d.reason == "no readable search turn" and len(d.messages) == 2 for d in out)
+    # measuring the teacher on held-out episodes: every episode completed, none selected away, gold never read
+    from arxivqa.sft import teacher_finished
+
+    measured = teacher_finished([r.trajectory for r in blind], cfg, index=built_index)
+    assert [t.policy for t in measured] == ["looper + teacher finish"] * 2
+    assert [t.submitted for t in measured] == [d.trajectory.submitted for d in done]

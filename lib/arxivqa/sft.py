@@ -22,7 +22,9 @@ any policy ``agent.make_policy`` knows — the policy itself (``local:<model>``,
 rejection sampling) or a stronger endpoint (``openai:<model>@<url>``, an endpoint of
 ``configs/endpoints.toml``, a vLLM server: distillation) — plays the train queries with the rollout view of
 a training preset (its prompt, user message, tool view and budgets), and its episodes are written in the
-same chat format, kept by the same selection.
+same chat format, kept by the same selection. ``python -m arxivqa.sft finish`` completes a policy's episodes
+that searched but could not end well (``teacher_finish``): its readable search turns, replayed, then the
+teacher's ``finish`` — a mix of the two sources for a policy that searches but cannot yet submit.
 
 Gold labels select demonstrations (finished, search recall > 0 on the training split, every turn readable
 and no tool call refused), they never choose an action.
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -47,7 +50,7 @@ from pydantic import BaseModel, Field
 from .corpus import Query, select_queries
 from .evaluate import rrf
 from .files import atomic_write_text
-from .records import AssistantTurn, ToolCall, Trajectory, content_words, search_recall
+from .records import SEARCH_TOOLS, AssistantTurn, ToolCall, Trajectory, content_words, search_recall
 
 SHAPES = ((1, 2), (2, 4), (3, 6), (4, 8))  # (search rounds, calls) — the teacher's repertoire
 
@@ -286,6 +289,92 @@ def strip_refused(demo: Demo) -> Demo:
     out = select(demo.model_copy(update={"trajectory": traj, "messages": messages, "shape": episode_shape(traj)}))
     if out.selected:
         out.reason += f"; {removed} refused call{'s' if removed > 1 else ''} removed"
+    return out
+
+
+_OPAQUE_ID = re.compile(r"\bP-[0-9a-fA-F]{4,}")
+
+
+def teacher_finish(demo: Demo, env, system_prompt: str, user_template: str = "{query}", max_rounds: int = 3,
+                   max_submit: int = 10) -> Demo:
+    """A policy's episode completed by the teacher: the policy's readable search turns (at most ``max_rounds``;
+    its other calls and everything after its first turn with a ``finish``, a ``read_page`` or an unreadable
+    turn dropped) replayed over the real tools in ``env`` (reset here; a replayed call the environment
+    refuses, such as a repeated search, is dropped too), then the turn a small policy often cannot write:
+    ``finish`` with the RRF fusion of those searches' rankings, as the teacher submits. The searches are the
+    policy's own, the last turn the teacher's; gold only selects (``select``). The IDs are the replay's, so a
+    kept turn's text that names an opaque ID of the original episode is left out."""
+    src = demo.trajectory
+    env.reset(qid=src.qid, query=src.query, gold_in_corpus=list(src.gold_in_corpus),
+              difficulty=src.difficulty or "")
+    traj = Trajectory.start(src, src.policy)
+    rankings: list[list[str]] = []
+    for step in src.steps:
+        turn = step.assistant
+        if turn.parse_problems or len(traj.steps) >= max_rounds:
+            break
+        calls = [c for c in turn.tool_calls if c.name in SEARCH_TOOLS]
+        if calls:
+            text = "" if _OPAQUE_ID.search(turn.text) else turn.text
+            ran = env._run_batch([(c.name, c.arguments) for c in calls], turn=len(traj.steps) + 1)
+            kept = [(c, rec) for c, (_res, rec) in zip(calls, ran) if not rec.error]
+            if kept:
+                new = traj.add_step(AssistantTurn(text=text, tool_calls=[c for c, _ in kept]))
+                for _c, rec in kept:
+                    new.results.append(rec)
+                    rankings.append([h.id for h in rec.hits])
+        if len(calls) < len(turn.tool_calls) or not turn.tool_calls:
+            break
+    if traj.steps:
+        picked = rrf(rankings)[:max_submit]
+        call = ToolCall(name="finish", arguments={"paper_ids": picked})
+        step = traj.add_step(AssistantTurn(text="", tool_calls=[call]))
+        step.results += [rec for _res, rec in env._run_batch([("finish", call.arguments)], turn=len(traj.steps))]
+    traj.submitted = env.episode.submitted
+    traj.stop_reason = "finished" if env.episode.finished else "no_finish"
+    out = select(Demo(qid=src.qid, source=f"{demo.source}+teacher-finish", shape=episode_shape(traj),
+                      trajectory=traj, messages=trajectory_messages(traj, system_prompt, user_template)))
+    if not traj.steps:
+        out.reason = "no readable search turn"
+    return out
+
+
+def finish_demos(demos: Sequence[Demo], cfg: DemoConfig, index=None) -> list[Demo]:
+    """Each policy episode as a demonstration: kept as it is where it passes ``select`` with its refused calls
+    stripped (its own finish), otherwise completed by ``teacher_finish`` with the rollout view of the preset
+    ``cfg.preset`` (the turn budget: its tool rounds)."""
+    complete = _finisher(cfg, index)
+    out = []
+    for d in demos:
+        own = strip_refused(d)
+        out.append(own if own.selected else complete(d))
+    return out
+
+
+def _finisher(cfg: DemoConfig, index=None):
+    """``teacher_finish`` bound to a replay environment with the rollout view and tool rounds of ``cfg.preset``."""
+    from .index import open_index_spec
+    from .tools import ArxivEnv
+    from .train import preset, rollout_view
+
+    run_cfg = preset(cfg.preset)
+    view = rollout_view(run_cfg)
+    index = index or open_index_spec(cfg.index, embedder=cfg.embedder or run_cfg.embedder)
+    env = ArxivEnv(index, seed=cfg.seed, **view["env_kwargs"])
+    return lambda demo: teacher_finish(demo, env, view["system_prompt"], view["user_template"],
+                                       max_rounds=run_cfg.max_tool_calling_iterations)
+
+
+def teacher_finished(trajs: Sequence[Trajectory], cfg: DemoConfig, index=None) -> list[Trajectory]:
+    """Every episode (any split: an evaluation, not demonstrations) completed by ``teacher_finish``, with no
+    selection: on a policy's held-out episodes, what the teacher of ``finish`` reaches with that policy's
+    searches — the "teacher" a warm start made by ``finish_demos`` is measured against."""
+    complete = _finisher(cfg, index)
+    out = []
+    for t in trajs:
+        done = complete(Demo(qid=t.qid, source=f"policy:{t.policy}", shape=episode_shape(t), messages=[],
+                             trajectory=t)).trajectory
+        out.append(done.model_copy(update={"policy": f"{t.policy} + teacher finish"}))
     return out
 
 
@@ -551,6 +640,20 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--preset", default="cpu-warm", help="with --policy: the training preset whose view applies")
     d.add_argument("--temperature", type=float, default=DemoConfig().temperature, help="with --policy")
     d.add_argument("--batch", type=int, default=None, help="with --policy: episodes in lockstep (default eval_batch)")
+    f = sub.add_parser("finish", help="a policy's demonstrations completed by the teacher's finish (teacher_finish)")
+    f.add_argument("--demos", required=True, help="a file of `demos --policy` (its episodes, kept or not)")
+    f.add_argument("--out", required=True)
+    f.add_argument("--preset", default="cpu-warm", help="the training preset whose view and tool rounds apply")
+    f.add_argument("--seed", type=int, default=0, help="the replay environment's ID obfuscation")
+    f.add_argument("--index", default=None)
+    f.add_argument("--embedder", default=None, help="the index's semantic side (default: the preset's)")
+    te = sub.add_parser("teacher-eval", help="teacher_finish on a policy's evaluated episodes (any split): "
+                                            "the teacher's recall@10 on those queries")
+    te.add_argument("--trajectories", required=True,
+                    help="an evaluation's trajectories (results/eval/<name>.trajectories.jsonl)")
+    te.add_argument("--policy", required=True, help="whose episodes in that file (its policy name)")
+    te.add_argument("--out", required=True, help="a JSON file")
+    te.add_argument("--preset", default="cpu-warm")
     t = sub.add_parser("train", help="LoRA SFT on a demonstration file -> a merged model folder")
     t.add_argument("--demos", required=True, nargs="+", help="one or more demonstration files (any mix of sources)")
     t.add_argument("--model", default=SFTSettings().model)
@@ -578,6 +681,35 @@ def main(argv: list[str] | None = None) -> None:
         out = Path(a.out or settings().runs_dir.parent / "sft" / f"demos-{settings().scale}-seed{a.seed}.jsonl")
         save_demos(out, demos, cfg)
         print(json.dumps({"out": str(out), **demo_stats(demos)}, indent=2))
+    elif a.cmd == "finish":
+        cfg = DemoConfig(preset=a.preset, seed=a.seed, index=a.index, embedder=a.embedder)
+        demos = finish_demos(load_demos(a.demos), cfg)
+        from .files import atomic_write_json
+
+        out = save_demos(a.out, demos)
+        atomic_write_json(out.with_suffix(".config.json"), {"from": str(a.demos), "completed_by": "teacher_finish",
+                                                            **cfg.model_dump(include={"preset", "seed", "index",
+                                                                                      "embedder"})})
+        by_source = Counter((d.source, d.selected) for d in demos)
+        print(json.dumps({"out": a.out, **demo_stats(demos),
+                          "selected_by_source": {s: n for (s, ok), n in by_source.items() if ok}}, indent=2))
+    elif a.cmd == "teacher-eval":
+        from .evaluate import bootstrap_ci, trajectory_metrics
+        from .files import atomic_write_json
+        from .records import load_trajectories
+
+        trajs = [t for t in load_trajectories(a.trajectories) if t.policy == a.policy and t.gold_in_corpus]
+        if not trajs:
+            raise SystemExit(f"no scorable episode of {a.policy!r} in {a.trajectories}")
+        rows = [trajectory_metrics(t) for t in teacher_finished(trajs, DemoConfig(preset=a.preset))]
+        summary = {"from": str(a.trajectories), "policy": a.policy, "completed_by": "teacher_finish",
+                   "preset": a.preset, "episodes": len(rows)}
+        for m in ("recall@10", "search_recall", "finished", "tool_calls"):
+            vals = [float(r[m]) for r in rows]
+            summary[m] = sum(vals) / len(vals)
+            summary[f"{m} 95% CI"] = list(bootstrap_ci(vals))
+        atomic_write_json(a.out, summary)
+        print(json.dumps(summary, indent=2))
     elif a.cmd == "train":
         from .files import atomic_write_json
         from .train import preset, prompt_for
