@@ -125,7 +125,7 @@ def teacher_episode(query: Query, env, rng: random.Random, system_prompt: str, m
         step = traj.add_step(AssistantTurn(text=text, tool_calls=[ToolCall(name=n, arguments=a) for n, a in calls]))
         for (name, _args), (_result, rec) in zip(calls, env._run_batch(calls, turn=turn)):
             step.results.append(rec)
-            if name in ("keyword_search", "semantic_search") and not rec.error:
+            if name in SEARCH_TOOLS and not rec.error:
                 rankings.append([h.id for h in rec.hits])
                 for h in rec.hits:
                     found_by.setdefault(h.id, set()).add(name)
@@ -295,16 +295,12 @@ def strip_refused(demo: Demo) -> Demo:
 _OPAQUE_ID = re.compile(r"\bP-[0-9a-fA-F]{4,}")
 
 
-def teacher_finish(demo: Demo, env, system_prompt: str, user_template: str = "{query}", max_rounds: int = 3,
-                   max_submit: int = 10) -> Demo:
-    """A policy's episode completed by the teacher: the policy's readable search turns (at most ``max_rounds``;
-    its other calls and everything after its first turn with a ``finish``, a ``read_page`` or an unreadable
-    turn dropped) replayed over the real tools in ``env`` (reset here; a replayed call the environment
-    refuses, such as a repeated search, is dropped too), then the turn a small policy often cannot write:
-    ``finish`` with the RRF fusion of those searches' rankings, as the teacher submits. The searches are the
-    policy's own, the last turn the teacher's; gold only selects (``select``). The IDs are the replay's, so a
-    kept turn's text that names an opaque ID of the original episode is left out."""
-    src = demo.trajectory
+def _replay_and_finish(src: Trajectory, env, max_rounds: int = 3, max_submit: int = 10) -> Trajectory:
+    """``src``'s readable search turns (at most ``max_rounds``; its other calls and everything after its first
+    turn with a ``finish``, a ``read_page`` or an unreadable turn dropped) replayed over the real tools in
+    ``env`` (reset here; a replayed call the environment refuses, such as a repeated search, is dropped too),
+    then ``finish`` with the RRF fusion of those searches' rankings, as the teacher submits. The IDs are the
+    replay's, so a kept turn's text that names an opaque ID of the original episode is left out."""
     env.reset(qid=src.qid, query=src.query, gold_in_corpus=list(src.gold_in_corpus),
               difficulty=src.difficulty or "")
     traj = Trajectory.start(src, src.policy)
@@ -332,27 +328,24 @@ def teacher_finish(demo: Demo, env, system_prompt: str, user_template: str = "{q
         step.results += [rec for _res, rec in env._run_batch([("finish", call.arguments)], turn=len(traj.steps))]
     traj.submitted = env.episode.submitted
     traj.stop_reason = "finished" if env.episode.finished else "no_finish"
-    out = select(Demo(qid=src.qid, source=f"{demo.source}+teacher-finish", shape=episode_shape(traj),
+    return traj
+
+
+def teacher_finish(demo: Demo, env, system_prompt: str, user_template: str = "{query}", max_rounds: int = 3,
+                   max_submit: int = 10) -> Demo:
+    """A policy's episode completed by the teacher (``_replay_and_finish``): the searches are the policy's own,
+    the last turn — ``finish``, the turn a small policy often cannot write — the teacher's; gold only selects
+    (``select``)."""
+    traj = _replay_and_finish(demo.trajectory, env, max_rounds, max_submit)
+    out = select(Demo(qid=traj.qid, source=f"{demo.source}+teacher-finish", shape=episode_shape(traj),
                       trajectory=traj, messages=trajectory_messages(traj, system_prompt, user_template)))
     if not traj.steps:
         out.reason = "no readable search turn"
     return out
 
 
-def finish_demos(demos: Sequence[Demo], cfg: DemoConfig, index=None) -> list[Demo]:
-    """Each policy episode as a demonstration: kept as it is where it passes ``select`` with its refused calls
-    stripped (its own finish), otherwise completed by ``teacher_finish`` with the rollout view of the preset
-    ``cfg.preset`` (the turn budget: its tool rounds)."""
-    complete = _finisher(cfg, index)
-    out = []
-    for d in demos:
-        own = strip_refused(d)
-        out.append(own if own.selected else complete(d))
-    return out
-
-
-def _finisher(cfg: DemoConfig, index=None):
-    """``teacher_finish`` bound to a replay environment with the rollout view and tool rounds of ``cfg.preset``."""
+def _replay_setup(cfg: DemoConfig, index=None):
+    """The replay environment with the rollout view of ``cfg.preset``, that view, and its tool rounds."""
     from .index import open_index_spec
     from .tools import ArxivEnv
     from .train import preset, rollout_view
@@ -360,22 +353,29 @@ def _finisher(cfg: DemoConfig, index=None):
     run_cfg = preset(cfg.preset)
     view = rollout_view(run_cfg)
     index = index or open_index_spec(cfg.index, embedder=cfg.embedder or run_cfg.embedder)
-    env = ArxivEnv(index, seed=cfg.seed, **view["env_kwargs"])
-    return lambda demo: teacher_finish(demo, env, view["system_prompt"], view["user_template"],
-                                       max_rounds=run_cfg.max_tool_calling_iterations)
+    return ArxivEnv(index, seed=cfg.seed, **view["env_kwargs"]), view, run_cfg.max_tool_calling_iterations
+
+
+def finish_demos(demos: Sequence[Demo], cfg: DemoConfig, index=None) -> list[Demo]:
+    """Each policy episode as a demonstration: kept as it is where it passes ``select`` with its refused calls
+    stripped (its own finish), otherwise completed by ``teacher_finish`` with the rollout view of the preset
+    ``cfg.preset`` (the turn budget: its tool rounds)."""
+    env, view, rounds = _replay_setup(cfg, index)
+    out = []
+    for d in demos:
+        own = strip_refused(d)
+        out.append(own if own.selected else
+                   teacher_finish(d, env, view["system_prompt"], view["user_template"], max_rounds=rounds))
+    return out
 
 
 def teacher_finished(trajs: Sequence[Trajectory], cfg: DemoConfig, index=None) -> list[Trajectory]:
-    """Every episode (any split: an evaluation, not demonstrations) completed by ``teacher_finish``, with no
+    """Every episode (any split: an evaluation, not demonstrations) completed by ``_replay_and_finish``, with no
     selection: on a policy's held-out episodes, what the teacher of ``finish`` reaches with that policy's
     searches — the "teacher" a warm start made by ``finish_demos`` is measured against."""
-    complete = _finisher(cfg, index)
-    out = []
-    for t in trajs:
-        done = complete(Demo(qid=t.qid, source=f"policy:{t.policy}", shape=episode_shape(t), messages=[],
-                             trajectory=t)).trajectory
-        out.append(done.model_copy(update={"policy": f"{t.policy} + teacher finish"}))
-    return out
+    env, _view, rounds = _replay_setup(cfg, index)
+    return [_replay_and_finish(t, env, max_rounds=rounds).model_copy(update={"policy": f"{t.policy} + teacher finish"})
+            for t in trajs]
 
 
 def policy_demos(cfg: DemoConfig, index=None, policy=None, batch_size: int | None = None,
@@ -682,10 +682,10 @@ def main(argv: list[str] | None = None) -> None:
         save_demos(out, demos, cfg)
         print(json.dumps({"out": str(out), **demo_stats(demos)}, indent=2))
     elif a.cmd == "finish":
-        cfg = DemoConfig(preset=a.preset, seed=a.seed, index=a.index, embedder=a.embedder)
-        demos = finish_demos(load_demos(a.demos), cfg)
         from .files import atomic_write_json
 
+        cfg = DemoConfig(preset=a.preset, seed=a.seed, index=a.index, embedder=a.embedder)
+        demos = finish_demos(load_demos(a.demos), cfg)
         out = save_demos(a.out, demos)
         atomic_write_json(out.with_suffix(".config.json"), {"from": str(a.demos), "completed_by": "teacher_finish",
                                                             **cfg.model_dump(include={"preset", "seed", "index",
