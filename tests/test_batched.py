@@ -75,3 +75,22 @@ def test_a_policy_failure_ends_only_its_episodes(built_index):
     agent = Agent(Flaky(), Budgets(max_turns=2))
     out = agent.run_many([Query(qid="x", query="anything")], lambda: ArxivEnv(built_index), batch_size=4)
     assert out[0].stop_reason.startswith("policy_error: ConnectionError")
+
+
+def test_min_p_sampling_never_draws_a_token_far_below_the_top_one():
+    import torch
+
+    from arxivqa.agent import sampling_probs
+
+    logits = torch.log(torch.tensor([[0.60, 0.30, 0.05, 0.05], [0.25, 0.25, 0.25, 0.25]]))
+    plain = sampling_probs(logits, 1.0)
+    assert torch.allclose(plain, logits.exp(), atol=1e-6)  # no truncation: the softmax itself
+    cut = sampling_probs(logits, 1.0, min_p=0.1)  # 0.05 < 0.1 x 0.60: dropped; 0.30 kept
+    assert torch.allclose(cut[0], torch.tensor([2 / 3, 1 / 3, 0.0, 0.0]), atol=1e-6)
+    assert torch.allclose(cut[1], plain[1])  # a flat row keeps every token
+    torch.manual_seed(0)
+    draws = torch.multinomial(sampling_probs(logits[:1].repeat(2000, 1), 1.0, min_p=0.1), 1)
+    assert set(draws.flatten().tolist()) == {0, 1}
+    with pytest.raises(ValueError, match="min_p"):
+        LocalHFPolicy.__init__(object.__new__(LocalHFPolicy), "no-such-model-needed", min_p=1.5)
+

@@ -42,6 +42,9 @@ def test_the_cpu_demo_config_builds_a_trl_config(tmp_path):
         preset("huge")
     warm = GRPOConfig(**grpo_args(preset("cpu-warm"), tmp_path))  # the long-run preset (policy chosen by measurement)
     assert warm.num_generations == 4 and warm.max_tool_calling_iterations == 3 and warm.use_cpu
+    assert warm.min_p is None and GRPOConfig(**grpo_args(preset("cpu-warm", min_p=0.1), tmp_path)).min_p == 0.1
+    with pytest.raises(ValueError):
+        preset("cpu-warm", min_p=2.0)
 
 
 def test_unsloth_is_imported_lazily_and_only_with_a_gpu():

@@ -162,10 +162,15 @@ class Policy(Protocol):
 
 
 class LocalHFPolicy:
-    """A causal LM in this process; chat template with tools; greedy unless ``temperature`` > 0."""
+    """A causal LM in this process; chat template with tools; greedy unless ``temperature`` > 0. Sampled,
+    ``min_p`` (as TRL's GRPOConfig and transformers name it) drops every token whose probability is below
+    ``min_p`` times the most likely one's, after the temperature."""
 
     def __init__(self, model: str | None = None, temperature: float = 0.0, threads: int | None = None,
-                 adapter: str | os.PathLike | None = None, dtype: str = "auto", name: str | None = None) -> None:
+                 adapter: str | os.PathLike | None = None, dtype: str = "auto", name: str | None = None,
+                 min_p: float | None = None) -> None:
+        if min_p is not None and not 0.0 <= min_p <= 1.0:
+            raise ValueError(f"min_p must lie in [0, 1], got {min_p}")
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -181,7 +186,7 @@ class LocalHFPolicy:
             from peft import PeftModel
 
             self.model = PeftModel.from_pretrained(self.model, str(adapter)).merge_and_unload().eval()
-        self.temperature = temperature
+        self.temperature, self.min_p = temperature, min_p
         self.name = name or f"local:{self.model_name}"
 
     @property
@@ -208,7 +213,8 @@ class LocalHFPolicy:
                                                     tokenize=False)
         enc = self.tokenizer(prompt, return_tensors="pt")
         kwargs = {"max_new_tokens": max_new_tokens, "pad_token_id": self.tokenizer.eos_token_id}
-        kwargs |= {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {"do_sample": False}
+        kwargs |= ({"do_sample": True, "temperature": self.temperature, "min_p": self.min_p}
+                   if self.temperature > 0 else {"do_sample": False})
         with torch.no_grad():
             out = self.model.generate(**enc, **kwargs)
         new = out[0, enc.input_ids.shape[1]:]
@@ -323,8 +329,21 @@ class LocalHFPolicy:
         import torch
 
         if self.temperature > 0:
-            return torch.multinomial(torch.softmax(logits / self.temperature, dim=-1), 1)[:, 0]
+            return torch.multinomial(sampling_probs(logits, self.temperature, self.min_p), 1)[:, 0]
         return logits.argmax(dim=-1)
+
+
+def sampling_probs(logits, temperature: float, min_p: float | None = None):
+    """The distribution a sampled token is drawn from: softmax of ``logits / temperature``, with min-p
+    truncation (tokens below ``min_p`` × the top probability get 0, the rest renormalised), as transformers'
+    ``MinPLogitsWarper`` applies it after the temperature."""
+    import torch
+
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if min_p:
+        probs = probs * (probs >= min_p * probs.max(dim=-1, keepdim=True).values)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
 
 
 def run_policy(run_dir: str | os.PathLike, **kwargs) -> LocalHFPolicy:
@@ -351,14 +370,14 @@ class OpenAIPolicy:
 
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str | None = "OPENAI_API_KEY",
                  temperature: float = 0.0, timeout: float = 120.0, max_retries: int = 4, name: str | None = None,
-                 context_window: int | None = None, source: str | None = None) -> None:
+                 context_window: int | None = None, source: str | None = None, min_p: float | None = None) -> None:
         """``context_window``: the served model's window (default: asked of the server once, see
         ``llm.served_context_window``); ``source``: where ``base_url`` comes from, for error messages."""
         from openai import OpenAI
 
         key = secret(api_key_env) or "not-needed-for-a-local-server"
         self.client = OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries)
-        self.model_name, self.temperature = model, temperature
+        self.model_name, self.temperature, self.min_p = model, temperature, min_p
         self.base_url, self.api_key_env = base_url or "https://api.openai.com/v1", api_key_env
         self.name = name or f"openai:{model}" + (f"@{base_url}" if base_url else "")
         self.source = source or f"the URL in the policy name {self.name!r}"
@@ -399,7 +418,9 @@ class OpenAIPolicy:
 
         t0 = time.perf_counter()
         resp = self.client.chat.completions.create(model=self.model_name, messages=messages, tools=tools,
-                                                   temperature=self.temperature, max_tokens=max_new_tokens)
+                                                   temperature=self.temperature, max_tokens=max_new_tokens,
+                                                   # min-p is not in OpenAI's API; vLLM and llama.cpp servers read it
+                                                   **({"extra_body": {"min_p": self.min_p}} if self.min_p else {}))
         used = getattr(resp.usage, "prompt_tokens", 0) or 0
         if used > 0:  # calibrate count_tokens on what the server counted
             ratio = approx_tokens(messages, tools, 1.0) / used

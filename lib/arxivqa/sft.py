@@ -209,6 +209,7 @@ class DemoConfig(BaseModel):
     policy: str | None = None
     preset: str = "cpu-warm"
     temperature: float = 0.7
+    min_p: float | None = None  # with a policy: min-p truncation of its sampling (agent.sampling_probs)
     split: str = "train"  # demonstrations come from the training split only
     limit: int | None = None
     per_query: int = Field(2, ge=1, description="teacher episodes per query (shapes drawn independently)")
@@ -401,7 +402,7 @@ def policy_demos(cfg: DemoConfig, index=None, policy=None, batch_size: int | Non
     index = index or open_index_spec(cfg.index, embedder=cfg.embedder or run_cfg.embedder)
     view = rollout_view(run_cfg)
     torch.manual_seed(cfg.seed)  # an in-process policy samples with torch's generator
-    policy = policy or make_policy(cfg.policy, temperature=cfg.temperature)
+    policy = policy or make_policy(cfg.policy, temperature=cfg.temperature, min_p=cfg.min_p)
     plays = [q for q in queries for _ in range(cfg.per_query)]
     trajs = run_agent_eval(policy.name, plays, index, budgets=view["budgets"], progress=progress,
                            system_prompt=view["system_prompt"], env_kwargs=view["env_kwargs"],
@@ -639,6 +640,7 @@ def main(argv: list[str] | None = None) -> None:
                         "stronger endpoint (distillation), with the rollout view of --preset")
     d.add_argument("--preset", default="cpu-warm", help="with --policy: the training preset whose view applies")
     d.add_argument("--temperature", type=float, default=DemoConfig().temperature, help="with --policy")
+    d.add_argument("--min-p", type=float, default=None, help="with --policy: min-p truncation of the sampling")
     d.add_argument("--batch", type=int, default=None, help="with --policy: episodes in lockstep (default eval_batch)")
     f = sub.add_parser("finish", help="a policy's demonstrations completed by the teacher's finish (teacher_finish)")
     f.add_argument("--demos", required=True, help="a file of `demos --policy` (its episodes, kept or not)")
@@ -676,7 +678,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     if a.cmd == "demos":
         cfg = DemoConfig(limit=a.limit, per_query=a.per_query, seed=a.seed, index=a.index, embedder=a.embedder,
-                         policy=a.policy, preset=a.preset, temperature=a.temperature)
+                         policy=a.policy, preset=a.preset, temperature=a.temperature, min_p=a.min_p)
         demos = policy_demos(cfg, batch_size=a.batch) if a.policy else make_demos(cfg)
         out = Path(a.out or settings().runs_dir.parent / "sft" / f"demos-{settings().scale}-seed{a.seed}.jsonl")
         save_demos(out, demos, cfg)

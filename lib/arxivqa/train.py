@@ -97,6 +97,7 @@ class TrainConfig(BaseModel):
     epsilon: float = 0.2
     epsilon_high: float = 0.28
     temperature: float = 1.0
+    min_p: float | None = Field(None, ge=0.0, le=1.0)  # sampling keeps tokens with p >= min_p × the top p (TRL's)
     max_steps: int = 20
     max_completion_length: int = 512  # generated + tool tokens per rollout (TRL drops a tool result that would not fit)
     max_tool_calling_iterations: int = 2
@@ -556,7 +557,7 @@ def grpo_args(cfg: TrainConfig, out: Path) -> dict[str, Any]:
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,  # TRL generates once a step all the same
         num_generations=cfg.num_generations, num_iterations=cfg.num_iterations,
         beta=cfg.beta, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, temperature=cfg.temperature,
-        max_completion_length=cfg.max_completion_length, max_tool_calling_iterations=cfg.max_tool_calling_iterations,
+        min_p=cfg.min_p, max_completion_length=cfg.max_completion_length, max_tool_calling_iterations=cfg.max_tool_calling_iterations,
         max_steps=cfg.max_steps, logging_steps=1, save_strategy="steps", save_steps=cfg.save_steps,
         seed=cfg.seed, data_seed=cfg.seed, report_to="none", shuffle_dataset=cfg.curriculum == "uniform",
         log_completions=False, disable_tqdm=False,
