@@ -246,9 +246,10 @@ def _(gold_by_tool, mo, run, save_table):
 def _(heldout_of_run, info, mo, pd, plural, save_table):
     # held out: the run's adapter next to its base model on dev queries (`python -m arxivqa.evaluate`, committed)
     _found = heldout_of_run(info.name)
-    if _found:
+    if _found and _found[0]["includes_run"]:
         _h = _found[0]
-        # the newest evaluation's rows, then the agent rows of earlier ones (an earlier adapter, its base model)
+        # the newest evaluation's rows, then the agent rows of earlier ones (an earlier adapter, its base model),
+        # then those of other policies seen through the run's view (its warm start)
         _rows = []
         for _i, _e in enumerate(_found):
             _t = _e["table"] if _i == 0 else _e["table"][~_e["table"]["method"].str.startswith("one-shot")]
@@ -270,8 +271,10 @@ def _(heldout_of_run, info, mo, pd, plural, save_table):
     `results/eval/{_h['file']}`: {_when}, on {_b.get('episodes', 0) // max(1, len(_b.get('policies') or [1]))} `{_b.get('split')}`
     queries of `{_b.get('queries')}` ({_b.get('scale')} index, embedder `{_b.get('embedder')}`), every policy with the run's
     prompt, tool view and budgets, next to the one-shot baselines on the same queries (95 % bootstrap intervals);
-    below them the agents of earlier evaluations of this run ({len(_found) - 1}), with the steps of the adapter they saw
-    (`hits`: the hits a search showed — the run's own view, or another one given by `--result-cap`).
+    below them the agents of earlier evaluations of this run ({sum(_e["includes_run"] for _e in _found) - 1}), with the
+    steps of the adapter they saw, and of other policies evaluated with the run's view (`--view`, e.g. a warm start:
+    {sum(not _e["includes_run"] for _e in _found)}) on the same dev split (`hits`: the hits a search showed — the run's
+    own view, or another one given by `--result-cap`).
     """), mo.ui.table(heldout, selection=None)])
     else:
         _out = mo.md(f"_No held-out evaluation of `{info.name}` under `results/eval/` yet: `python -m arxivqa.evaluate "

@@ -157,3 +157,10 @@ def test_a_runs_evaluations_come_latest_steps_first_whatever_the_file_times(tmp_
     found = heldout_of_run("r", tmp_path)
     assert found[0]["file"] == "at100.json" and found[-1]["file"] == "at100-hits10.json"
     assert found[-1]["result_cap_override"] == 10 and found[0]["result_cap_override"] is None
+    # another policy (a warm start) evaluated through the run's view: listed after every evaluation of the run
+    bench = {"policies": ["local:warm"], "view": "run:results/runs/r", "run_steps": {}}
+    (tmp_path / "warm.json").write_text(json.dumps({"bench": bench, "table": [{"method": "local:warm"}]}))
+    found = heldout_of_run("r", tmp_path)
+    assert found[-1]["file"] == "warm.json" and not found[-1]["includes_run"] and found[-1]["steps"] is None
+    assert all(f["includes_run"] for f in found[:-1]) and found[0]["file"] == "at100.json"
+    assert heldout_of_run("another", tmp_path) == []

@@ -254,7 +254,8 @@ def heldout_of_run(run_name: str, folder=None) -> list[dict]:
     file; a fresh clone's file times are those of the checkout, not of the evaluations), those that showed
     the policy another number of hits (``--result-cap``) after those with the run's own view: each its file
     name, table, bench, the run's steps at the time (``run_steps``; None for evaluations written before it)
-    and ``result_cap_override``."""
+    and ``result_cap_override``; then those of other policies seen through the run's view (``--view
+    run:<run>``: its warm start, say), ``includes_run`` False."""
     import json
     from pathlib import Path
 
@@ -272,12 +273,16 @@ def heldout_of_run(run_name: str, folder=None) -> list[dict]:
         bench = report.get("bench") or {}
         specs = [p for p in bench.get("policies") or [bench.get("policy") or ""] if p.startswith("run:")]
         mine = [p for p in specs if policy_key(p) == policy_key(f"run:{run_name}")]
-        if mine and report.get("table"):
+        through_view = str(bench.get("view") or "").startswith("run:") and (
+            policy_key(bench["view"]) == policy_key(f"run:{run_name}"))
+        if (mine or through_view) and report.get("table"):
             found.append({"file": path.name, "table": pd.DataFrame(report["table"]), "bench": bench,
-                          "steps": (bench.get("run_steps") or {}).get(mine[0]),
-                          "result_cap_override": bench.get("result_cap_override")})
-    # the run seen through its own tool view first (an evaluation with --result-cap is another view), then by steps
-    return sorted(found, key=lambda f: (f["result_cap_override"] is not None, -1 if f["steps"] is None else -f["steps"]))
+                          "steps": (bench.get("run_steps") or {}).get(mine[0]) if mine else None,
+                          "result_cap_override": bench.get("result_cap_override"), "includes_run": bool(mine)})
+    # the run seen through its own tool view first (an evaluation with --result-cap is another view), then by
+    # steps; evaluations of other policies through the run's view last
+    return sorted(found, key=lambda f: (not f["includes_run"], f["result_cap_override"] is not None,
+                                        -1 if f["steps"] is None else -f["steps"]))
 
 
 def eval_queries(path: str | None = None, split: str | None = None, limit: int | None = None):
