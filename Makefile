@@ -22,7 +22,7 @@ TORCH_CPU_WHEELS ?= /opt/wheels
 LOCK_FLAGS ?=
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start warm-start-rs warm-start-rsf train-long train-rar-long clean-index
+.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start warm-start-rs warm-start-rsf train-long train-long-warm train-rar-long clean-index
 
 setup: $(VENV)/.setup-done  ## create .venv, install the locked CPU set (requirements.lock), prepare the offline embedder
 
@@ -162,6 +162,19 @@ train-long: setup  ## the two committed RLVR runs (cpu-warm, LONG_STEPS steps ea
 	  $(REVIVE); \
 	  resume=$$([ -f $$run/config.json ] && echo --resume); \
 	  $(PY) -m arxivqa.train --preset cpu-warm --reward rlvr --set curriculum=$$c --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
+	  $(PY) -m arxivqa.train export $$run || exit 1; \
+	done
+
+# The same RLVR runs from the -rsf warm start (its weights are not committed: `make warm-start-rsf` makes them
+# once, ~2 h), sampled at the preset's 0.7 with min-p 0.1 (without it the warm start writes junk tokens around
+# its calls: README "Warm start").
+train-long-warm: setup  ## the two RLVR runs from the -rsf warm start (cpu-warm, min-p 0.1, LONG_STEPS steps each) -> results/runs/
+	$(PY) -m arxivqa.index build --embedder minilm-128
+	for c in uniform easy-to-hard; do \
+	  run=data/runs/rlvr-cpu-warm-rsf-minp0.1-$$c-$(LONG_STEPS)steps-seed0; \
+	  $(REVIVE); \
+	  resume=$$([ -f $$run/config.json ] && echo --resume); \
+	  $(PY) -m arxivqa.train --preset cpu-warm --reward rlvr --set model=$(WARM_MODEL)-rsf --set min_p=0.1 --set curriculum=$$c --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
 	  $(PY) -m arxivqa.train export $$run || exit 1; \
 	done
 

@@ -163,6 +163,14 @@ def prepare_model(name: str = DEFAULT_MODEL, force: bool = False) -> Path:
     return folder
 
 
+# the Makefile targets that make a warm start, by the suffix of its model's name (README "Warm start")
+WARM_START_TARGETS = (
+    ("-sft", "warm-start", "teacher demonstrations + LoRA SFT, ~20 min on 2 cores"),
+    ("-rsf", "warm-start-rsf", "the policy's episodes + the teacher's finish + LoRA SFT, ~2 h on 2 cores"),
+    ("-rs", "warm-start-rs", "the policy's episodes + LoRA SFT, ~2 h on 2 cores"),
+)
+
+
 def resolve_model(name: str | None = None) -> str:
     """What ``from_pretrained`` should load for a model setting: the prepared folder of a packaged
     model, a local folder, or (with internet) a hub ID."""
@@ -176,9 +184,12 @@ def resolve_model(name: str | None = None) -> str:
     if "/" not in name and (committed / "adapter" / "adapter_config.json").exists():
         return str(rebuild_warm_start(name))
     if "/" not in name and (committed / "sft.json").exists():  # its record is committed, its weights are not
+        # the Makefile target that makes it, by the suffix each target gives its model
+        target, how = next(((t, h) for suffix, t, h in WARM_START_TARGETS if name.endswith(suffix)),
+                           WARM_START_TARGETS[0][1:])
         raise FileNotFoundError(f"the warm start {name!r} is not built on this machine (model weights are not "
-                                f"committed; its record is {committed / 'sft.json'}): run `make warm-start` once "
-                                f"(teacher demonstrations + LoRA SFT, ~20 min on 2 cores)")
+                                f"committed; its record is {committed / 'sft.json'}): run `make {target}` once "
+                                f"({how})")
     return name
 
 
