@@ -93,6 +93,10 @@ def test_a_rollout_is_rebuilt_from_trls_messages_and_the_environment(built_index
     assert traj.steps[0].results[2].error and traj.steps[0].results[2].name == "no_such_tool"
     assert traj.submitted == [by_title(papers, "Graph neural").arxiv_id] and traj.stop_reason == "finished"
     assert rlvr_reward(traj).search_recall == 1.0
+    # the end of turn that ends a finished rollout in TRL's loop (end_finished_episodes) is not a turn
+    ended = rollout_trajectory({"qid": "q", "query": "proteins", "gold_in_corpus": [gold]},
+                               completion + [{"role": "assistant", "content": ""}], env, 43)
+    assert len(ended.steps) == 2 and ended.stop_reason == "finished"
 
 
 def test_a_finish_in_the_turn_trl_did_not_run_is_run_and_other_calls_are_not(built_index, papers):
@@ -289,6 +293,48 @@ def test_a_turn_after_tool_results_asks_only_for_the_budget_a_rollout_can_keep()
     assert asked == [(100, 100), (40, 40), (5, 5), (100, 100)]
     t._generate([[p2 + [0] * 90]])  # a new step: its first call records its prompts
     assert asked[-1] == (100, 100) and t.generation_config.max_new_tokens == 100
+
+
+def test_trls_tool_loop_generates_nothing_after_an_episode_ended():
+    """After a finish (or a call refused because of one), end_finished_episodes gives the rollout the
+    end-of-turn token instead of asking the model for another turn; open rollouts are generated as before."""
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    from arxivqa.models import resolve_model
+    from arxivqa.tools import EPISODE_OVER, FINISHED
+    from arxivqa.train import end_finished_episodes
+
+    tok = AutoTokenizer.from_pretrained(resolve_model())
+    asked = []
+
+    class FakeTrainer:
+        use_vllm = False
+        processing_class = _tokenizer = tok
+        chat_template, chat_template_kwargs, _is_vlm = None, {}, False
+        _get_tool_suffix_ids = GRPOTrainer._get_tool_suffix_ids
+
+        def _generate_single_turn(self, prompt_ids, images, fields, num_generations, has_tool_images=False):
+            asked.append([list(p) for p in prompt_ids])
+            return [[101, 102] for _ in prompt_ids], None
+
+    def after(name, result):
+        msgs = [{"role": "user", "content": "q"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"type": "function", "function": {"name": name, "arguments": {}}}]},
+                {"role": "tool", "name": name, "content": result}]
+        return tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)
+
+    t = FakeTrainer()
+    end_finished_episodes(t)
+    searched = after("keyword_search", "5 papers for \"x\" (keyword search):\n[1] id: P-1 | title: The episode is over")
+    rows = [after("finish", f"Submitted 2 papers. {EPISODE_OVER}"), searched, after("finish", f"Error: {FINISHED}"),
+            after("finish", "Error: unknown paper IDs P-9; submit only IDs shown by search results of this session")]
+    ids, logprobs = t._generate_single_turn(rows, None, {}, 1)
+    assert ids == [[tok.eos_token_id], [101, 102], [tok.eos_token_id], [101, 102]] and logprobs is None
+    assert asked == [[rows[1], rows[3]]]  # one call, the open rollouts only (a refused finish leaves it open)
+    assert t._generate_single_turn(rows[:1], None, {}, 1)[0] == [[tok.eos_token_id]] and len(asked) == 1
+    assert t._generate_single_turn([rows[1]], None, {}, 4)[0] == [[101, 102]]  # nothing ended: passed through
 
 
 def test_gradient_accumulation_slices_the_update_not_the_step(tiny_qwen, built_index, papers, tmp_path):

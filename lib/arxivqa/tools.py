@@ -84,6 +84,16 @@ log = logging.getLogger(__name__)
 _LOGGED: set[str] = set()
 # an absolute (or home-relative) path of two or more parts, not the middle of a word, date or fraction
 _PATH = re.compile(r"(?<![\w.:/\\])(?:~|[A-Za-z]:)?(?:[/\\][\w.\-+@%]+){2,}[/\\]?")
+EPISODE_OVER = "The episode is over."  # the end of a successful finish's result
+FINISHED = "finish has already been called; the episode is over"  # the refusal of any call after it
+
+
+def ends_episode(result: str) -> bool:
+    """Whether a tool result says that the episode is over: a successful ``finish``, or a call after it."""
+    text = result.rstrip()
+    return text.endswith(EPISODE_OVER) or text.endswith(FINISHED)
+
+
 INDEX_UNAVAILABLE = ("the search index is not available (it is missing or its build did not finish); "
                      "this is not a problem with your call, and no search can run now")
 
@@ -286,7 +296,7 @@ class ArxivEnv:
 
     def _check_open(self) -> None:
         if self.episode.finished:
-            raise ToolError("finish has already been called; the episode is over", "finished")
+            raise ToolError(FINISHED, "finished")
 
     @staticmethod
     def _check_query(query: str) -> str:
@@ -410,7 +420,7 @@ class ArxivEnv:
         real = [self.episode.id_map[i] for i in ids]
         with self._lock:
             self.episode.submitted, self.episode.submitted_opaque = real, ids
-        return f"Submitted {len(ids)} papers. The episode is over.", []
+        return f"Submitted {len(ids)} papers. {EPISODE_OVER}", []
 
     # -- dispatch (the agent loop's entry points) --------------------------------------
 
