@@ -110,11 +110,11 @@ def test_sft_trains_on_assistant_tokens_and_saves_a_loadable_model(built_index, 
 
     shutil.rmtree(kept / "adapter")
     shutil.rmtree(tmp_path / "models" / "sft-model")
-    with pytest.raises(FileNotFoundError, match="make warm-start "):
+    with pytest.raises(FileNotFoundError, match="make warm-start`"):
         resolve_model("sft-model")
     (tmp_path / "results" / "warm_start" / "sft-model-rsf").mkdir(parents=True)  # another recipe's record
     shutil.copy(kept / "sft.json", tmp_path / "results" / "warm_start" / "sft-model-rsf" / "sft.json")
-    with pytest.raises(FileNotFoundError, match="make warm-start-rsf "):
+    with pytest.raises(FileNotFoundError, match="make warm-start-rsf`"):
         resolve_model("sft-model-rsf")
 
 
