@@ -155,28 +155,23 @@ LONG_RUNS := rlvr-cpu-warm-uniform-$(LONG_STEPS)steps-seed0 rlvr-cpu-warm-easy-t
 REVIVE = kept=results/runs/$$(basename $$run); \
 	  if [ ! -f $$run/config.json ] && ls -d $$kept/checkpoint-* >/dev/null 2>&1; then \
 	    $(PY) -m arxivqa.train revive $$kept --out $$run || exit 1; fi
-train-long: setup  ## the two committed RLVR runs (cpu-warm, LONG_STEPS steps each) -> results/runs/
-	$(PY) -m arxivqa.index build --embedder minilm-128
+# $(call LONG_RLVR,<run name prefix>,<more --set flags>): both curricula, each resumed (or revived) and exported
+LONG_RLVR = $(PY) -m arxivqa.index build --embedder minilm-128 && \
 	for c in uniform easy-to-hard; do \
-	  run=data/runs/rlvr-cpu-warm-$$c-$(LONG_STEPS)steps-seed0; \
+	  run=data/runs/$(1)-$$c-$(LONG_STEPS)steps-seed0; \
 	  $(REVIVE); \
 	  resume=$$([ -f $$run/config.json ] && echo --resume); \
-	  $(PY) -m arxivqa.train --preset cpu-warm --reward rlvr --set curriculum=$$c --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
+	  $(PY) -m arxivqa.train --preset cpu-warm --reward rlvr $(2) --set curriculum=$$c --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
 	  $(PY) -m arxivqa.train export $$run || exit 1; \
 	done
+train-long: setup  ## the two committed RLVR runs (cpu-warm, LONG_STEPS steps each) -> results/runs/
+	$(call LONG_RLVR,rlvr-cpu-warm,)
 
 # The same RLVR runs from the -rsf warm start (its weights are not committed: `make warm-start-rsf` makes them
 # once, ~2 h), sampled at 1.0 with min-p 0.1 (without min-p the warm start writes junk tokens around its calls;
 # at the preset's 0.7 its groups rarely differ: README "Warm start").
 train-long-warm: setup  ## the two RLVR runs from the -rsf warm start (cpu-warm, T 1.0, min-p 0.1, LONG_STEPS steps each) -> results/runs/
-	$(PY) -m arxivqa.index build --embedder minilm-128
-	for c in uniform easy-to-hard; do \
-	  run=data/runs/rlvr-cpu-warm-rsf-t1.0-minp0.1-$$c-$(LONG_STEPS)steps-seed0; \
-	  $(REVIVE); \
-	  resume=$$([ -f $$run/config.json ] && echo --resume); \
-	  $(PY) -m arxivqa.train --preset cpu-warm --reward rlvr --set model=$(WARM_MODEL)-rsf --set temperature=1.0 --set min_p=0.1 --set curriculum=$$c --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
-	  $(PY) -m arxivqa.train export $$run || exit 1; \
-	done
+	$(call LONG_RLVR,rlvr-cpu-warm-rsf-t1.0-minp0.1,--set model=$(WARM_MODEL)-rsf --set temperature=1.0 --set min_p=0.1)
 
 # The committed RaR run: the same preset, steps and seed as the uniform RLVR run, the global rubric, and the
 # training judge RAR_JUDGE (default the probability judge of the larger offline model: make setup-judge).

@@ -93,4 +93,3 @@ def test_min_p_sampling_never_draws_a_token_far_below_the_top_one():
     assert set(draws.flatten().tolist()) == {0, 1}
     with pytest.raises(ValueError, match="min_p"):
         LocalHFPolicy.__init__(object.__new__(LocalHFPolicy), "no-such-model-needed", min_p=1.5)
-

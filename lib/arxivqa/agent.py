@@ -334,16 +334,13 @@ class LocalHFPolicy:
 
 
 def sampling_probs(logits, temperature: float, min_p: float | None = None):
-    """The distribution a sampled token is drawn from: softmax of ``logits / temperature``, with min-p
-    truncation (tokens below ``min_p`` × the top probability get 0, the rest renormalised), as transformers'
-    ``MinPLogitsWarper`` applies it after the temperature."""
+    """The distribution a sampled token is drawn from: transformers' own warpers, as ``generate`` applies
+    them — the temperature, then min-p (tokens below ``min_p`` × the top probability dropped)."""
     import torch
+    from transformers import LogitsProcessorList, MinPLogitsWarper, TemperatureLogitsWarper
 
-    probs = torch.softmax(logits / temperature, dim=-1)
-    if min_p:
-        probs = probs * (probs >= min_p * probs.max(dim=-1, keepdim=True).values)
-        probs = probs / probs.sum(dim=-1, keepdim=True)
-    return probs
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature)] + ([MinPLogitsWarper(min_p)] if min_p else []))
+    return torch.softmax(warpers(None, logits), dim=-1)
 
 
 def run_policy(run_dir: str | os.PathLike, **kwargs) -> LocalHFPolicy:

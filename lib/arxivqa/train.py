@@ -724,10 +724,10 @@ def end_finished_episodes(trainer) -> None:
         if not any(done) or images is not None or multimodal_fields:
             return single_turn(prompt_ids, images, multimodal_fields, *a, **kw)
         live = [p for p, d in zip(prompt_ids, done) if not d]
+        # the transformers path returns no logprobs (None), so only the token IDs are merged back
         ids, logprobs = single_turn(live, images, multimodal_fields, *a, **kw) if live else ([], None)
-        ids, logprobs = iter(ids), iter(logprobs) if logprobs is not None else None
-        out = [[end_turn] if d else next(ids) for d in done]
-        return out, (None if logprobs is None else [[0.0] if d else next(logprobs) for d in done])
+        ids = iter(ids)
+        return [[end_turn] if d else next(ids) for d in done], logprobs
 
     trainer._generate_single_turn = ended
 
