@@ -208,3 +208,25 @@ def test_trajectory_round_trip(tmp_path, built_index, query):
     back = load_trajectories(tmp_path / "t.jsonl")
     assert back[0] == traj and back[0].seen_ids() == traj.seen_ids()
     assert trajectory_metrics(back[1]) == trajectory_metrics(hand_built(["g1"], ["g1"]))
+
+
+def test_the_agent_sends_the_schemas_of_its_environment(built_index, query):
+    """A run's ``tool_schemas`` setting reaches the policy through the environment (``train.tool_view`` →
+    ``tools.make_env``), in one episode and in lockstep."""
+    from arxivqa.tools import make_env
+    from arxivqa.train import preset, tool_view
+
+    class Recording(Scripted):
+        def chat(self, messages, tools, max_new_tokens):
+            self.tools = tools
+            return super().chat(messages, tools, max_new_tokens)
+
+    view = tool_view(preset("cpu-warm", tool_schemas="compact"))
+    assert view["schemas"] == "compact" and tool_view(preset("cpu-warm"))["schemas"] == "full"
+    compact = tool_schemas(make_env(None, **view))
+    policy = Recording([call("keyword_search", query="policy optimization")])
+    Agent(policy).run(query, make_env(built_index, **view))
+    assert policy.tools == compact != tool_schemas()
+    policy = Recording([call("keyword_search", query="policy optimization")] * 2)
+    Agent(policy).run_many([query, query], lambda: make_env(built_index, **view), batch_size=2)
+    assert policy.tools == compact

@@ -237,3 +237,36 @@ def test_a_compact_view_caps_hits_and_can_show_titles_only(built_index):
     assert "abstract:" not in sem and "snippet:" not in kw and "title:" in sem and "title:" in kw
     short = ArxivEnv(built_index, abstract_chars=40).semantic_search(query="transformers for long documents")
     assert all(len(line) < 70 for line in short.splitlines() if "abstract:" in line)
+
+
+def test_compact_schemas_are_terse_and_the_tools_answer_the_same(built_index, papers):
+    """``schemas="compact"``: one required argument per tool and shorter descriptions in what TRL and the
+    agent send the model; the same calls give the same texts, hits and submission as the full schemas."""
+    from arxivqa.agent import tool_schemas
+    from arxivqa.tools import CompactArxivEnv, make_env
+
+    full, compact = make_env(built_index, seed=3), make_env(built_index, schemas="compact", seed=3)
+    assert type(full) is ArxivEnv and type(compact) is CompactArxivEnv
+    short = {s["function"]["name"]: s["function"] for s in tool_schemas(compact)}
+    long = {s["function"]["name"]: s["function"] for s in tool_schemas(full)}
+    assert sorted(short) == sorted(long) == ["finish", "keyword_search", "read_page", "semantic_search"]
+    assert {n: list(f["parameters"]["properties"]) for n, f in short.items()} == {
+        "keyword_search": ["query"], "semantic_search": ["query"], "read_page": ["paper_id"], "finish": ["paper_ids"]}
+    assert len(str(short)) < 0.7 * len(str(long))
+    for e in (full, compact):
+        e.reset(qid="q", gold_in_corpus=[])
+    texts = []
+    for e in (full, compact):
+        kw = e.keyword_search(query="attention transformers")
+        sem = e.semantic_search(query="transformers for long documents")
+        first = ids_in(kw)[0]
+        texts.append((kw, sem, e.read_page(paper_id=first), e.finish(paper_ids=[first])))
+    assert texts[0] == texts[1]
+    assert full.episode.submitted == compact.episode.submitted and full.episode.submitted
+    # what only the full schemas offer is ignored with a note, and the call still runs
+    e = make_env(built_index, schemas="compact")
+    e.reset(qid="q", gold_in_corpus=[])
+    out = e._call("keyword_search", {"query": "graph", "max_results": 3})
+    assert out.startswith("Note: ignored unknown argument(s) 'max_results'") and ids_in(out)
+    with pytest.raises(ValueError, match="unknown tool schemas 'tiny'"):
+        make_env(built_index, schemas="tiny")

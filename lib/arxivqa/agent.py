@@ -52,16 +52,17 @@ Call a tool by writing, for each call:
 </tool_call>"""
 
 
-def tool_schemas() -> list[dict]:
-    """The tools' JSON schemas, from ``ArxivEnv``'s type hints and docstrings (what TRL sends the model)."""
-    return list(_schemas())
+def tool_schemas(env: ArxivEnv | None = None) -> list[dict]:
+    """The tools' JSON schemas of ``env``'s class (default ``ArxivEnv``; ``tools.CompactArxivEnv`` is the
+    terse view), from its type hints and docstrings, as TRL builds them and sends the model."""
+    return list(_schemas(type(env) if env is not None else ArxivEnv))
 
 
-@lru_cache(maxsize=1)
-def _schemas() -> tuple[dict, ...]:
+@lru_cache(maxsize=4)
+def _schemas(cls: type[ArxivEnv]) -> tuple[dict, ...]:
     from transformers.utils import get_json_schema
 
-    env = ArxivEnv(index=None)  # bound methods, as TRL sees them; no index is opened
+    env = cls(index=None)  # bound methods, as TRL sees them; no index is opened
     return tuple(get_json_schema(getattr(env, name)) for name in TOOL_NAMES)
 
 
@@ -523,8 +524,8 @@ class Agent:
             n = getattr(self.policy, "context_window", None)
         return n or None
 
-    def _counter(self):
-        tools = tool_schemas()
+    def _counter(self, env: ArxivEnv | None = None):
+        tools = tool_schemas(env)
         count = getattr(self.policy, "count_tokens", None)
         if count is not None:
             return lambda messages: count(messages, tools)
@@ -539,7 +540,7 @@ class Agent:
             request = next(episode)
             while True:
                 try:
-                    out = self.policy.chat(request[0], tool_schemas(), request[1])
+                    out = self.policy.chat(request[0], tool_schemas(env), request[1])
                 except Exception as exc:  # noqa: BLE001 - an endpoint failure ends this episode, recorded
                     out = exc
                 request = episode.send(out)
@@ -553,7 +554,7 @@ class Agent:
         ``make_env()`` gives a fresh environment per episode. Trajectories come back in query order;
         ``progress`` (a callable) is told of each finished episode. Policies without ``chat_many`` run
         the same loop one turn at a time."""
-        tools = tool_schemas()
+        tools: list[dict] | None = None  # the schemas of the environments make_env gives (one class)
         out: list[Trajectory | None] = [None] * len(queries)
         waiting = list(enumerate(queries))[::-1]
         active: dict[str, tuple[int, Any, tuple[list[dict], int]]] = {}
@@ -573,7 +574,9 @@ class Agent:
         while waiting or active:
             while waiting and len(active) < max(1, batch_size):
                 i, q = waiting.pop()
-                settle(f"episode-{i}", i, self.episode(q, make_env()), None)
+                env = make_env()
+                tools = tools or tool_schemas(env)
+                settle(f"episode-{i}", i, self.episode(q, env), None)
             if not active:
                 continue
             keys = list(active)
@@ -606,7 +609,7 @@ class Agent:
         t_start = time.perf_counter()
         calls_made = 0
         window = self.window()
-        count = self._counter() if window else None
+        count = self._counter(env) if window else None
         trim = None
         for turn in range(1, b.max_turns + 1):
             remaining = b.max_tokens - traj.completion_tokens

@@ -188,7 +188,7 @@ def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concu
 
     from .agent import Agent, make_policy
     from .index import open_index
-    from .tools import ArxivEnv
+    from .tools import make_env
 
     index = index or open_index()
     agent = Agent(policy or make_policy(policy_spec), budgets or Budgets(), context_window=context_window)
@@ -200,7 +200,7 @@ def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concu
     batch_size = batch_size or settings().eval_batch
 
     def env():
-        return ArxivEnv(index, **(env_kwargs or {}))
+        return make_env(index, **(env_kwargs or {}))
 
     bar = tqdm(total=len(queries), desc=f"episodes ({agent.policy.name})", unit="episode", disable=not progress)
     if hasattr(agent.policy, "chat_many") and batch_size > 1:

@@ -451,14 +451,14 @@ def measure(index, tool: str, queries: Sequence[str], clients: int, per_client: 
             setup: str = "", blas_threads: int | None = None) -> LatencyRow:
     """``clients`` threads, each with its own ``ArxivEnv`` over ``index``, call ``tool`` ``per_client`` times
     back to back (a fresh episode per call), all starting together; the latency of every call."""
-    from .tools import ArxivEnv
+    from .tools import make_env
 
     latencies: list[float] = []
     errors: list[str] = []
     lock, barrier = threading.Lock(), threading.Barrier(clients + 1)
 
     def client(c: int) -> None:
-        env = ArxivEnv(index, **env_kwargs)
+        env = make_env(index, **env_kwargs)
         barrier.wait()
         for i in range(per_client):
             env.reset()

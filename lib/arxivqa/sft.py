@@ -228,14 +228,14 @@ def make_demos(cfg: DemoConfig, index=None, progress: bool = True) -> list[Demo]
     from tqdm.auto import tqdm
 
     from .index import open_index_spec
-    from .tools import ArxivEnv
+    from .tools import make_env
     from .train import prompt_for, tool_view
 
     if cfg.split != "train":
         raise ValueError("demonstrations come from the training split only (split='train')")
     queries = select_queries(cfg.queries, "train", cfg.limit).queries
     index = index or open_index_spec(cfg.index, embedder=cfg.embedder)
-    env = ArxivEnv(index, seed=cfg.seed, **tool_view(cfg))
+    env = make_env(index, seed=cfg.seed, **tool_view(cfg))
     prompt = prompt_for(cfg)
     rng = random.Random(cfg.seed)
     out = []
@@ -348,13 +348,13 @@ def teacher_finish(demo: Demo, env, system_prompt: str, user_template: str = "{q
 def _replay_setup(cfg: DemoConfig, index=None):
     """The replay environment with the rollout view of ``cfg.preset``, that view, and its tool rounds."""
     from .index import open_index_spec
-    from .tools import ArxivEnv
+    from .tools import make_env
     from .train import preset, rollout_view
 
     run_cfg = preset(cfg.preset)
     view = rollout_view(run_cfg)
     index = index or open_index_spec(cfg.index, embedder=cfg.embedder or run_cfg.embedder)
-    return ArxivEnv(index, seed=cfg.seed, **view["env_kwargs"]), view, run_cfg.max_tool_calling_iterations
+    return make_env(index, seed=cfg.seed, **view["env_kwargs"]), view, run_cfg.max_tool_calling_iterations
 
 
 def finish_demos(demos: Sequence[Demo], cfg: DemoConfig, index=None) -> list[Demo]:
@@ -493,11 +493,13 @@ def training_template(tokenizer) -> str | None:
 
 
 def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = None,
-              system_prompt: str | None = None, meta: dict | None = None, user_template: str | None = None) -> dict:
+              system_prompt: str | None = None, meta: dict | None = None, user_template: str | None = None,
+              tools: list[dict] | None = None) -> dict:
     """LoRA SFT on the selected demonstrations (loss on assistant tokens only); the adapter is merged and
     the model saved to ``out`` (a folder ``from_pretrained`` reads). ``system_prompt``: the rollouts' prompt,
-    put in place of each demonstration's recorded one; ``meta``: more to record in ``sft.json``. Returns what
-    was measured."""
+    put in place of each demonstration's recorded one; ``tools``: the rollouts' tool schemas (default
+    ``ArxivEnv``'s, ``agent.tool_schemas``); ``meta``: more to record in ``sft.json``. Returns what was
+    measured."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -512,7 +514,7 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     out = Path(out)
     if s.threads:
         torch.set_num_threads(s.threads)
-    rows = [d.row(tool_schemas(), system_prompt, user_template) for d in demos if d.selected]
+    rows = [d.row(tools or tool_schemas(), system_prompt, user_template) for d in demos if d.selected]
     if not rows:
         raise ValueError("no selected demonstration to train on")
     path = resolve_model(s.model)
@@ -595,7 +597,7 @@ def evaluate_warm_start(model: str, queries: Sequence[Query], train_cfg=None, in
 
     from .evaluate import run_agent_eval, trajectory_metrics
     from .index import open_index
-    from .tools import ArxivEnv
+    from .tools import make_env
     from .train import preset, rollout_view
 
     cfg = train_cfg or preset("cpu-warm")
@@ -607,7 +609,7 @@ def evaluate_warm_start(model: str, queries: Sequence[Query], train_cfg=None, in
                             system_prompt=view["system_prompt"], env_kwargs=view["env_kwargs"],
                             user_template=view["user_template"])
     wall = time.perf_counter() - t0
-    env, rng = ArxivEnv(index, seed=seed, **view["env_kwargs"]), random.Random(seed)
+    env, rng = make_env(index, seed=seed, **view["env_kwargs"]), random.Random(seed)
     teacher = [teacher_episode(q, env, rng, view["system_prompt"], user_template=view["user_template"]).trajectory
                for q in queries]
     frame = pd.DataFrame([trajectory_metrics(t) for t in policy + teacher])
@@ -713,7 +715,9 @@ def main(argv: list[str] | None = None) -> None:
         atomic_write_json(a.out, summary)
         print(json.dumps(summary, indent=2))
     elif a.cmd == "train":
+        from .agent import tool_schemas
         from .files import atomic_write_json
+        from .tools import make_env
         from .train import preset, prompt_for
 
         run_cfg = preset(a.preset)
@@ -722,8 +726,9 @@ def main(argv: list[str] | None = None) -> None:
         info = train_sft(demos, a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads,
                                                    max_length=a.max_length, learning_rate=a.lr),
                          system_prompt=prompt_for(run_cfg), user_template=run_cfg.user_template,
+                         tools=tool_schemas(make_env(schemas=run_cfg.tool_schemas)),
                          meta={"demos_file": ", ".join(Path(f).name for f in a.demos), "strip_refused": a.strip_refused,
-                               "skipped": a.skip, "prompt_preset": a.preset})
+                               "skipped": a.skip, "prompt_preset": a.preset, "tool_schemas": run_cfg.tool_schemas})
         atomic_write_json(Path(a.out) / "demos.json", demos_record(raw, a.demos, a.strip_refused))
         publish_warm_start(a.out)
         print(json.dumps({k: v for k, v in info.items() if k != "log"}, indent=2, default=str))

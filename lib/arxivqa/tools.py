@@ -487,4 +487,61 @@ class ArxivEnv:
             _THREAD.records = None
 
 
+class CompactArxivEnv(ArxivEnv):
+    """The same tools with terse schemas (the ``tool_schemas="compact"`` view of a run): one required
+    argument each, one-line descriptions. Qwen2.5's template renders ``ArxivEnv``'s four schemas as 652
+    prompt tokens; every rollout carries them in each turn's prefill, the reference pass, the loss forward
+    and the backward, so on a CPU they cost time in proportion. What a call returns is unchanged;
+    ``max_results`` / ``min_date`` / ``page`` are gone (a search shows the view's ``result_cap`` hits, a
+    read the first page) and, if a model still sends them, are ignored with a note like any unknown
+    argument."""
+
+    @_tool
+    def keyword_search(self, query: str) -> str:
+        """Keyword (BM25) search; returns matching papers.
+
+        Args:
+            query: search terms
+        """
+        return ArxivEnv.keyword_search.__wrapped__(self, query)
+
+    @_tool
+    def semantic_search(self, query: str) -> str:
+        """Search by meaning (embeddings); returns matching papers.
+
+        Args:
+            query: a description of the papers wanted
+        """
+        return ArxivEnv.semantic_search.__wrapped__(self, query)
+
+    @_tool
+    def read_page(self, paper_id: str) -> str:
+        """Read a paper's text.
+
+        Args:
+            paper_id: a paper ID shown by a search
+        """
+        return ArxivEnv.read_page.__wrapped__(self, paper_id)
+
+    @_tool
+    def finish(self, paper_ids: list[str]) -> str:
+        """Submit up to 10 paper IDs, best first; ends the task.
+
+        Args:
+            paper_ids: paper IDs shown by searches
+        """
+        return ArxivEnv.finish.__wrapped__(self, paper_ids)
+
+
+ENVIRONMENTS: dict[str, type[ArxivEnv]] = {"full": ArxivEnv, "compact": CompactArxivEnv}
+
+
+def make_env(index: SearchIndex | None = None, schemas: str = "full", **kwargs: Any) -> ArxivEnv:
+    """An environment with the tool schemas ``schemas`` ("full": ``ArxivEnv``, "compact":
+    ``CompactArxivEnv``); ``kwargs`` go to ``ArxivEnv`` (a run's ``train.tool_view`` gives both)."""
+    if schemas not in ENVIRONMENTS:
+        raise ValueError(f"unknown tool schemas {schemas!r}; choose one of {sorted(ENVIRONMENTS)}")
+    return ENVIRONMENTS[schemas](index, **kwargs)
+
+
 _THREAD = threading.local()  # a worker of _run_parallel collects its records here

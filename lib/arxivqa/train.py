@@ -102,6 +102,9 @@ class TrainConfig(BaseModel):
     max_completion_length: int = 512  # generated + tool tokens per rollout (TRL drops a tool result that would not fit)
     max_tool_calling_iterations: int = 2
     system_prompt: Literal["full", "compact"] = "compact"  # compact: the tool list is in the chat template anyway
+    # the tools' JSON schemas in every prompt (tools.make_env): full (ArxivEnv: 652 tokens in Qwen2.5's template)
+    # or compact (CompactArxivEnv: one argument each, one-line descriptions)
+    tool_schemas: Literal["full", "compact"] = "full"
     user_template: str = "{query}"  # the user message of a rollout (cpu-warm: "Search query: {query}")
     tolerant_tool_calls: bool = True  # also read tool calls written as bare / fenced JSON (small models do)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 where the CPU has bf16 units (AMX / AVX512-BF16)
@@ -248,11 +251,12 @@ def reachable_queries(queries: Sequence[Query], index, k: int) -> list[Query]:
     return kept
 
 
-def tool_view(cfg: TrainConfig) -> dict[str, int]:
-    """The ``ArxivEnv`` keyword arguments of a run's compact tool view (rollouts, demonstrations and the
-    evaluation of a trained policy all use it)."""
-    return dict(result_cap=cfg.tool_max_results, abstract_chars=cfg.tool_abstract_chars,
-                snippet_chars=cfg.tool_snippet_chars, max_snippets=cfg.tool_max_snippets)
+def tool_view(cfg: TrainConfig) -> dict[str, Any]:
+    """The ``tools.make_env`` keyword arguments of a run's tool view: its schemas and how much a search
+    shows (rollouts, demonstrations and the evaluation of a trained policy all use it)."""
+    return dict(schemas=getattr(cfg, "tool_schemas", "full"), result_cap=cfg.tool_max_results,
+                abstract_chars=cfg.tool_abstract_chars, snippet_chars=cfg.tool_snippet_chars,
+                max_snippets=cfg.tool_max_snippets)
 
 
 def rollout_budgets(cfg: TrainConfig):
@@ -904,7 +908,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
 
     from .index import open_index_spec
     from .models import resolve_model
-    from .tools import ArxivEnv
+    from .tools import make_env
 
     if index is None:
         index = open_index_spec(cfg.index, embedder=cfg.embedder)
@@ -926,7 +930,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
     clock = StepClock()
     if resume and (out / "timing.jsonl").exists() and keep is not None:
         clock.rows = [r for r in load_rollouts(out / "timing.jsonl") if r["step"] <= keep]
-    env_factory = functools.partial(ArxivEnv, index, **tool_view(cfg))
+    env_factory = functools.partial(make_env, index, **tool_view(cfg))
     args = GRPOConfig(**grpo_args(cfg, out))
     set_library_default("TRL_EXPERIMENTAL_SILENCE", "1")
     common = dict(reward_funcs=[make_reward_func(cfg, log, clock, scorer)], args=args,
