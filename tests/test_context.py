@@ -287,3 +287,19 @@ def test_the_server_benchmark_says_what_it_skipped(built_index, tmp_path, monkey
     with pytest.raises(ValueError, match="vllm"):
         bench_servers(limit=1, paths=("vllm",), queries_file=str(qfile), split="all", index=built_index,
                       out_dir=tmp_path)
+
+
+def test_the_update_benchmark_times_each_schema_view(tiny_qwen, tmp_path):
+    """``python -m arxivqa.bench update`` on the tiny model: per tool-schema view, the prompt as the chat
+    template renders it (the compact schemas shorter) and the three timed parts of a GRPO update."""
+    from arxivqa.bench import bench_update
+
+    out = bench_update(model=tiny_qwen, completion_tokens=8, repeats=1, out_dir=tmp_path)
+    saved = json.loads((tmp_path / "bench_update.json").read_text())
+    assert saved["views"].keys() == {"full", "compact"} and saved["completion_tokens"] == 8
+    full, compact = saved["views"]["full"], saved["views"]["compact"]
+    assert 0 < compact["prompt_tokens"] < full["prompt_tokens"] - 100
+    assert full["tokens"] == out["rollouts"] * (full["prompt_tokens"] + 8) and out["micro_batch"] == 2
+    for row in (full, compact):
+        assert all(row[k] > 0 for k in ("ref_logprobs", "loss_forward", "backward_optimizer"))
+        assert row["update"] == pytest.approx(row["ref_logprobs"] + row["update_without_ref"])

@@ -37,7 +37,9 @@ def test_the_cpu_demo_config_builds_a_trl_config(tmp_path):
     args = GRPOConfig(**grpo_args(cfg, tmp_path))
     assert args.max_steps == 3 and args.num_generations == cfg.num_generations and args.beta == cfg.beta
     assert args.use_cpu and not args.shuffle_dataset  # a curriculum must keep its order
-    assert set(PRESETS) == {"paper", "cpu-demo", "cpu-warm"}
+    assert set(PRESETS) == {"paper", "cpu-demo", "cpu-warm", "cpu-warm-compact"}
+    # cpu-warm-compact is cpu-warm with the terse tool schemas, nothing else
+    assert preset("cpu-warm-compact").model_dump(exclude={"preset"}) == preset("cpu-warm", tool_schemas="compact").model_dump(exclude={"preset"})
     with pytest.raises(ValueError, match="unknown preset"):
         preset("huge")
     warm = GRPOConfig(**grpo_args(preset("cpu-warm"), tmp_path))  # the long-run preset (policy chosen by measurement)

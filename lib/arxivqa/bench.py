@@ -315,6 +315,83 @@ def bench_agent(policy: str, limit: int = 16, preset_name: str = "cpu-warm", bat
     return result
 
 
+def bench_update(preset_name: str = "cpu-warm", completion_tokens: int | None = None, run: str | None = None,
+                 model: str | None = None, repeats: int = 2, schemas: Sequence[str] = ("full", "compact"),
+                 out_dir: Path | None = None) -> dict:
+    """The update half of a GRPO step, on sequences of a step's size: ``prompts_per_step × num_generations``
+    rollouts of the rollout prompt (system prompt, query, the tool schemas of each ``schemas`` view, as the
+    chat template renders them) plus ``completion_tokens`` (default: the median of the committed run
+    ``run``'s rollouts; TRL counts tool results in it), with the preset's model, dtype, LoRA and micro
+    batches. Times, per view: the reference pass (no grad, adapter off: what ``beta`` > 0 costs), the loss
+    forward and the backward + AdamW step — what TRL runs after generation; the median of ``repeats``. A
+    dense transformer's cost depends on the sequence length, not on the tokens, so the completion is random
+    tokens. Writes ``results/bench_update.json``."""
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .agent import find_run_folder, tool_schemas
+    from .models import resolve_dtype, resolve_model
+    from .tools import make_env
+    from .train import load_rollouts, lora_config, micro_batch, preset, prompt_for
+
+    cfg = preset(preset_name, **({"model": model} if model else {}))
+    run_name = run or "rlvr-cpu-warm-uniform-100steps-seed0"
+    from_run = run_name if completion_tokens is None else None
+    if completion_tokens is None:
+        rows = load_rollouts(Path(find_run_folder(run_name)) / "rollouts.jsonl")
+        completion_tokens = int(statistics.median(r["trajectory"]["completion_tokens"] for r in rows))
+    path = resolve_model(cfg.model)
+    tok = AutoTokenizer.from_pretrained(path)
+    dtype = resolve_dtype(cfg.dtype)
+    net = get_peft_model(AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)), lora_config(cfg))
+    optim = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=cfg.learning_rate)
+    messages = [{"role": "system", "content": prompt_for(cfg)},
+                {"role": "user", "content": cfg.user_template.format(query="sparse attention for long-context language models")}]
+    g, c, mb = cfg.num_generations * cfg.prompts_per_step, completion_tokens, micro_batch(cfg)
+    result = {"preset": preset_name, "model": cfg.model, "dtype": dtype, "rollouts": g, "micro_batch": mb,
+              "completion_tokens": c, "completion_tokens_from": from_run,
+              "lora_r": cfg.lora_r, "repeats": repeats, "threads": torch.get_num_threads(), "machine": _machine(),
+              "views": {}}
+    gen = torch.Generator().manual_seed(0)
+    for view in schemas:
+        prompt = tok.apply_chat_template(messages, tools=tool_schemas(make_env(schemas=view)),
+                                         add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+        completion = torch.randint(0, len(tok), (g, c), generator=gen)
+        ids = torch.cat([torch.tensor([prompt] * g), completion], dim=1)
+        times: dict[str, list[float]] = {"ref_logprobs": [], "loss_forward": [], "backward_optimizer": []}
+        for _ in range(repeats):
+            spent = dict.fromkeys(times, 0.0)
+            for lo in range(0, g, mb):  # TRL's micro batches: the reference pass, then forward + backward each
+                part, target = ids[lo:lo + mb], completion[lo:lo + mb]
+                t0 = time.perf_counter()
+                with torch.no_grad(), net.disable_adapter():
+                    net(input_ids=part, logits_to_keep=c + 1)
+                t1 = time.perf_counter()
+                logits = net(input_ids=part, logits_to_keep=c + 1).logits[:, :-1].float()
+                loss = -torch.log_softmax(logits, -1).gather(-1, target.unsqueeze(-1)).mean()
+                t2 = time.perf_counter()
+                loss.backward()
+                t3 = time.perf_counter()
+                for k, seconds in zip(times, (t1 - t0, t2 - t1, t3 - t2)):
+                    spent[k] += seconds
+            t0 = time.perf_counter()
+            optim.step()
+            optim.zero_grad(set_to_none=True)
+            spent["backward_optimizer"] += time.perf_counter() - t0
+            for k in times:
+                times[k].append(spent[k])
+        row = {"prompt_tokens": len(prompt), "sequence_tokens": len(prompt) + c, "tokens": g * (len(prompt) + c),
+               **{k: statistics.median(v) for k, v in times.items()}}
+        row["update"] = row["ref_logprobs"] + row["loss_forward"] + row["backward_optimizer"]
+        row["update_without_ref"] = row["loss_forward"] + row["backward_optimizer"]
+        result["views"][view] = row
+        print(view, json.dumps(row), flush=True)
+    out = (out_dir or config.results_dir()) / "bench_update.json"
+    atomic_write_json(out, result)
+    return result
+
+
 def _mean(xs) -> float | None:
     xs = [x for x in xs if x is not None and not np.isnan(x)]  # NaN (no gold) left out
     return float(statistics.fmean(xs)) if xs else None
@@ -629,6 +706,14 @@ def main(argv: list[str] | None = None) -> None:
     v.add_argument("--split", default="dev", choices=("dev", "train", "all"))
     v.add_argument("--batch", type=int, default=None, help="lockstep episodes in process (default eval_batch)")
     v.add_argument("--out", default=None)
+    u = sub.add_parser("update", help="the update half of a GRPO step (reference pass, loss forward, backward) per tool-schema view")
+    u.add_argument("--preset", default="cpu-warm")
+    u.add_argument("--model", default=None, help="default: the preset's policy model")
+    u.add_argument("--completion-tokens", type=int, default=None, help="default: the median of --run's rollouts")
+    u.add_argument("--run", default=None, help="committed run whose rollouts give the completion length")
+    u.add_argument("--repeats", type=int, default=2)
+    u.add_argument("--schemas", default="full,compact")
+    u.add_argument("--out", default=None)
     j = sub.add_parser("judge-safety", help="the judge's injection defence: redaction rates, score shift")
     j.add_argument("--judge", dest="endpoint", default=None,
                    help="also measure the score shift with this judge (local, expected:<model>, yesno:<model>, docs:<model>)")
@@ -662,6 +747,10 @@ def main(argv: list[str] | None = None) -> None:
                           out_dir=Path(a.out) if a.out else None, name=a.name)
         except EndpointUnreachable as exc:
             raise SystemExit(f"error: {exc}") from None
+        return
+    if a.cmd == "update":
+        bench_update(a.preset, a.completion_tokens, a.run, a.model, a.repeats, a.schemas.split(","),
+                     out_dir=Path(a.out) if a.out else None)
         return
     if a.cmd == "agent":
         bench_agent(a.policy, a.limit, a.preset, a.batch, out_dir=Path(a.out) if a.out else None)
