@@ -126,23 +126,29 @@ warm-start: setup  ## teacher demonstrations (train split) -> LoRA SFT of the cp
 # once each at temperature 0.7 with the cpu-warm rollout view; the finished, readable episodes whose searches
 # surfaced a gold paper, without their refused calls, are the demonstrations; the warm start is evaluated held out
 # (dev split) with the view of the committed RLVR run, like its base (README "Warm start"; ~2 h on 2 cores).
+# WARM_PRESET: the training preset whose rollout view the episodes, the SFT rows and the held-out evaluation
+# use; a preset other than cpu-warm tags every name (cpu-warm-compact: ...-rsf-compact, heldout-dev-rsf-compact).
 RS_QUERIES ?= 40
-RS_DEMOS := data/sft/demos-policy-$(WARM_MODEL)-seed0.jsonl
+WARM_PRESET ?= cpu-warm
+WARM_TAG := $(if $(filter cpu-warm,$(WARM_PRESET)),,$(patsubst cpu-warm-%,-%,$(WARM_PRESET)))
+WARM_VIEW := $(if $(WARM_TAG),--preset $(WARM_PRESET),--view results/runs/rlvr-cpu-warm-uniform-100steps-seed0)
+RS_DEMOS := data/sft/demos-policy-$(WARM_MODEL)$(WARM_TAG)-seed0.jsonl
 $(RS_DEMOS): | $(VENV)/.setup-done
 	$(PY) -m arxivqa.index build --embedder minilm-128
-	$(PY) -m arxivqa.sft demos --policy local:$(WARM_MODEL) --limit $(RS_QUERIES) --per-query 1 --seed 0 --out $@
+	$(PY) -m arxivqa.sft demos --policy local:$(WARM_MODEL) --preset $(WARM_PRESET) --limit $(RS_QUERIES) --per-query 1 --seed 0 --out $@
 warm-start-rs: setup $(RS_DEMOS)  ## the policy's own episodes (train split) -> LoRA SFT -> data/models/$(WARM_MODEL)-rs + results/warm_start/$(WARM_MODEL)-rs/
-	$(PY) -m arxivqa.sft train --demos $(RS_DEMOS) --strip-refused --model $(WARM_MODEL) --epochs 3 --lr 2e-4 --out data/models/$(WARM_MODEL)-rs
-	$(PY) -m arxivqa.evaluate --policy local:$(WARM_MODEL)-rs --view results/runs/rlvr-cpu-warm-uniform-100steps-seed0 --name heldout-dev-rs
+	$(PY) -m arxivqa.sft train --demos $(RS_DEMOS) --strip-refused --preset $(WARM_PRESET) --model $(WARM_MODEL) --epochs 3 --lr 2e-4 --out data/models/$(WARM_MODEL)-rs$(WARM_TAG)
+	$(PY) -m arxivqa.evaluate --policy local:$(WARM_MODEL)-rs$(WARM_TAG) $(WARM_VIEW) --name heldout-dev-rs$(WARM_TAG)
 
 # The same episodes, each that searched but did not end well completed by the teacher's finish (sft finish:
 # its readable searches replayed, then finish with their fused ranking); 2 epochs; evaluated held out like -rs,
 # and its teacher (the base's held-out episodes, each completed the same way) measured on the same queries.
+# (The teacher's measurement completes the base's held-out episodes of the committed run's view: cpu-warm only.)
 warm-start-rsf: setup $(RS_DEMOS)  ## the policy's searches + the teacher's finish -> LoRA SFT -> data/models/$(WARM_MODEL)-rsf + results/warm_start/$(WARM_MODEL)-rsf/
-	$(PY) -m arxivqa.sft finish --demos $(RS_DEMOS) --out data/sft/demos-policy-$(WARM_MODEL)-seed0-finished.jsonl
-	$(PY) -m arxivqa.sft train --demos data/sft/demos-policy-$(WARM_MODEL)-seed0-finished.jsonl --model $(WARM_MODEL) --epochs 2 --lr 2e-4 --out data/models/$(WARM_MODEL)-rsf
-	$(PY) -m arxivqa.evaluate --policy local:$(WARM_MODEL)-rsf --view results/runs/rlvr-cpu-warm-uniform-100steps-seed0 --name heldout-dev-rsf
-	$(PY) -m arxivqa.sft teacher-eval --trajectories results/eval/heldout-dev-rlvr40.trajectories.jsonl --policy local:$(WARM_MODEL) --out results/warm_start/$(WARM_MODEL)-rsf/teacher_dev.json
+	$(PY) -m arxivqa.sft finish --demos $(RS_DEMOS) --preset $(WARM_PRESET) --out data/sft/demos-policy-$(WARM_MODEL)$(WARM_TAG)-seed0-finished.jsonl
+	$(PY) -m arxivqa.sft train --demos data/sft/demos-policy-$(WARM_MODEL)$(WARM_TAG)-seed0-finished.jsonl --preset $(WARM_PRESET) --model $(WARM_MODEL) --epochs 2 --lr 2e-4 --out data/models/$(WARM_MODEL)-rsf$(WARM_TAG)
+	$(PY) -m arxivqa.evaluate --policy local:$(WARM_MODEL)-rsf$(WARM_TAG) $(WARM_VIEW) --name heldout-dev-rsf$(WARM_TAG)
+	$(if $(WARM_TAG),,$(PY) -m arxivqa.sft teacher-eval --trajectories results/eval/heldout-dev-rlvr40.trajectories.jsonl --policy local:$(WARM_MODEL) --out results/warm_start/$(WARM_MODEL)-rsf/teacher_dev.json)
 
 # The long RLVR runs kept in the repository: the cpu-warm preset (its policy chosen by measurement, README "Warm start"), uniform and
 # easy-to-hard, LONG_STEPS GRPO steps each, on the demo index with the MiniLM semantic side; each is

@@ -164,3 +164,21 @@ def test_a_runs_evaluations_come_latest_steps_first_whatever_the_file_times(tmp_
     assert found[-1]["file"] == "warm.json" and not found[-1]["includes_run"] and found[-1]["steps"] is None
     assert all(f["includes_run"] for f in found[:-1]) and found[0]["file"] == "at100.json"
     assert heldout_of_run("another", tmp_path) == []
+
+
+def test_a_policy_is_evaluated_through_a_presets_view(tiny_qwen, built_index, papers, tmp_path):
+    """``--preset``: the rollout view of a training preset — here cpu-warm-compact, whose terse tool schemas
+    no committed run has — instead of a run's; both at once is refused."""
+    from arxivqa.evaluate import main as evaluate_main
+    from conftest import write_jsonl
+
+    q = write_jsonl(tmp_path / "q.jsonl", [{"qid": "u0", "query": "message passing for molecules",
+                                            "gold_in_corpus": [papers[0].arxiv_id]}])
+    common = ["--policy", f"local:{tiny_qwen}", "--queries", str(q), "--split", "all", "--index", str(built_index.folder),
+              "--embedder", "static", "--max-tokens", "24", "--out", str(tmp_path), "--name", "compact"]
+    evaluate_main(common + ["--preset", "cpu-warm-compact"])
+    bench = json.loads((tmp_path / "compact.json").read_text())["bench"]
+    assert bench["view"] == "preset:cpu-warm-compact" and bench["env_kwargs"]["schemas"] == "compact"
+    assert bench["budgets"]["max_turns"] == 4 and bench["episodes"] == 1
+    with pytest.raises(SystemExit):
+        evaluate_main(common + ["--preset", "cpu-warm-compact", "--view", "some-run"])

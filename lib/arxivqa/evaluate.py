@@ -229,14 +229,20 @@ def run_view(policy_spec: str) -> dict:
     turns and completion length), so that a trained policy is evaluated as it was trained; {} otherwise.
     ``index_spec`` and ``embedder`` name the index its rollouts searched (``index.open_index_spec``)."""
     from .agent import find_run_folder
-    from .train import TrainConfig, rollout_view
+    from .train import TrainConfig
 
     kind, _, rest = policy_spec.partition(":")
     if kind != "run":
         return {}
     from pathlib import Path
 
-    cfg = TrainConfig.model_validate_json((Path(find_run_folder(rest)) / "config.json").read_text())
+    return config_view(TrainConfig.model_validate_json((Path(find_run_folder(rest)) / "config.json").read_text()))
+
+
+def config_view(cfg) -> dict:
+    """A training config's rollout view (``train.rollout_view``) with the index its rollouts search."""
+    from .train import rollout_view
+
     return rollout_view(cfg) | {"index_spec": cfg.index, "embedder": cfg.embedder}
 
 
@@ -418,6 +424,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--view", default=None,
                     help="a training run whose system prompt, user message, tool view, budgets and index every policy "
                          "gets (default: the first run: policy's own), so that a base model is compared on its run's terms")
+    ap.add_argument("--preset", default=None,
+                    help="instead of --view: the rollout view of a training preset (e.g. cpu-warm-compact, whose tool "
+                         "schemas no committed run has yet)")
     ap.add_argument("--queries", default=None, help="query file in the queries_train.jsonl format (default: the train file)")
     ap.add_argument("--split", choices=("dev", "train", "all"), default="dev",
                     help="which part of the query file (the deterministic stratified split); 'all' for a held-out file")
@@ -435,6 +444,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--index", default=None,
                     help="index folder, name or search-service URL (default: the run's index with its embedder, else "
                          "the configured scale's index)")
+    ap.add_argument("--embedder", default=None,
+                    help="the embedder of the index's semantic side (default: the view's; a different one changes what "
+                         "semantic_search returns, so the comparison is no longer on the view's terms)")
     ap.add_argument("--result-cap", type=int, default=None,
                     help="hits a search shows (default: the view's, e.g. a run's tool_max_results): a trained policy "
                          "seen through another tool view than it was trained with")
@@ -443,16 +455,25 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.result_cap is not None and a.result_cap < 1:
         ap.error("--result-cap must be at least 1")
+    if a.preset and a.view:
+        ap.error("give --view (a run) or --preset, not both")
     policies = a.policy or ["local"]
 
     queries = select_queries(a.queries, a.split, a.limit).queries
     if not queries:
         raise SystemExit("no query with a gold paper in the corpus to evaluate")
     # a trained run: the prompt, tool view, budgets and index of its rollouts
-    view_from = (a.view and f"run:{a.view.removeprefix('run:')}") or next((p for p in policies if p.startswith("run:")), None)
-    view = run_view(view_from or "")
+    if a.preset:
+        from .train import preset
+
+        view_from, view = f"preset:{a.preset}", config_view(preset(a.preset))
+    else:
+        view_from = (a.view and f"run:{a.view.removeprefix('run:')}") or next((p for p in policies if p.startswith("run:")), None)
+        view = run_view(view_from or "")
     if a.result_cap is not None:
         view["env_kwargs"] = {**(view.get("env_kwargs") or {}), "result_cap": a.result_cap}
+    if a.embedder:
+        view["embedder"] = a.embedder
     index = open_index_spec(a.index or view.get("index_spec"), embedder=view.get("embedder"))
     base = view.get("budgets") or Budgets()
     budgets = Budgets(*(given if given is not None else default for given, default in

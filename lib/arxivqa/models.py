@@ -168,6 +168,10 @@ WARM_START_TARGETS = (
     ("-sft", "warm-start", "teacher demonstrations + LoRA SFT, ~20 min on 2 cores"),
     ("-rsf", "warm-start-rsf", "the policy's episodes + the teacher's finish + LoRA SFT, ~2 h on 2 cores"),
     ("-rs", "warm-start-rs", "the policy's episodes + LoRA SFT, ~2 h on 2 cores"),
+    # made for the cpu-warm-compact view (the terse tool schemas)
+    ("-rsf-compact", "warm-start-rsf WARM_PRESET=cpu-warm-compact",
+     "the policy's episodes + the teacher's finish + LoRA SFT in the compact view, ~2 h on 2 cores"),
+    ("-rs-compact", "warm-start-rs WARM_PRESET=cpu-warm-compact", "the policy's episodes + LoRA SFT in the compact view, ~2 h on 2 cores"),
 )
 
 
