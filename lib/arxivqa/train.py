@@ -175,7 +175,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                      learning_rate=5e-5, lora_r=8, lora_alpha=16, save_steps=5, gradient_accumulation_steps=2,
                      lora_targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
     # cpu-warm with the terse tool schemas (tools.CompactArxivEnv): 611 prompt tokens instead of 853 in Qwen2.5's
-    # template; a new view, so a warm start for it is made with it (`make warm-start-rsf PRESET=cpu-warm-compact`)
+    # template; a new view, so a warm start for it is made with it (`make warm-start-rsf WARM_PRESET=cpu-warm-compact`)
     "cpu-warm-compact": {},
     "paper": dict(model="Qwen/Qwen3-8B", learning_rate=1e-6, prompts_per_step=8, num_generations=8, num_iterations=4,
                   beta=0.02, epsilon=0.2, epsilon_high=0.28, max_steps=250 * 24, max_completion_length=8192,
