@@ -130,7 +130,7 @@ warm-start: setup  ## teacher demonstrations (train split) -> LoRA SFT of the cp
 # use; a preset other than cpu-warm tags every name (cpu-warm-compact: ...-rsf-compact, heldout-dev-rsf-compact).
 RS_QUERIES ?= 40
 WARM_PRESET ?= cpu-warm
-WARM_TAG := $(if $(filter cpu-warm,$(WARM_PRESET)),,$(patsubst cpu-warm-%,-%,$(WARM_PRESET)))
+WARM_TAG := $(if $(filter cpu-warm,$(WARM_PRESET)),,-$(patsubst cpu-warm-%,%,$(WARM_PRESET)))
 WARM_VIEW := $(if $(WARM_TAG),--preset $(WARM_PRESET),--view results/runs/rlvr-cpu-warm-uniform-100steps-seed0)
 RS_DEMOS := data/sft/demos-policy-$(WARM_MODEL)$(WARM_TAG)-seed0.jsonl
 $(RS_DEMOS): | $(VENV)/.setup-done

@@ -174,15 +174,14 @@ PRESETS: dict[str, dict[str, Any]] = {
                      rewards=RewardConfig(max_duplicate_calls=1, redundancy_mode="scale"),
                      learning_rate=5e-5, lora_r=8, lora_alpha=16, save_steps=5, gradient_accumulation_steps=2,
                      lora_targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
-    # cpu-warm with the terse tool schemas (tools.CompactArxivEnv): 611 prompt tokens instead of 853 in Qwen2.5's
-    # template; a new view, so a warm start for it is made with it (`make warm-start-rsf WARM_PRESET=cpu-warm-compact`)
-    "cpu-warm-compact": {},
     "paper": dict(model="Qwen/Qwen3-8B", learning_rate=1e-6, prompts_per_step=8, num_generations=8, num_iterations=4,
                   beta=0.02, epsilon=0.2, epsilon_high=0.28, max_steps=250 * 24, max_completion_length=8192,
                   max_tool_calling_iterations=10, lora_r=64, lora_alpha=128, tool_max_results=10,
                   tool_abstract_chars=600, tool_snippet_chars=400, tool_max_snippets=2, system_prompt="full", gpu=True, use_vllm=True, gradient_checkpointing=True, max_seq_length=16384,
                   save_steps=50),
 }
+# cpu-warm with the terse tool schemas (tools.CompactArxivEnv): 611 prompt tokens instead of 853 in Qwen2.5's
+# template; a new view, so a warm start for it is made with it (`make warm-start-rsf WARM_PRESET=cpu-warm-compact`)
 PRESETS["cpu-warm-compact"] = {**PRESETS["cpu-warm"], "tool_schemas": "compact"}
 # paper: 250 epochs over the seed's ~200 training queries at 8 prompts per step = 6,250 steps; here
 # 250 × ceil(134 train queries / 8 = 17) ≈ 4,250 — max_steps is set generously and is a setting.
