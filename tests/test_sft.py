@@ -65,6 +65,32 @@ def test_demonstration_files_round_trip_and_come_from_train_only(built_index, pa
         make_demos(DemoConfig(queries=str(qfile), split="dev"), index=built_index)
 
 
+def test_the_teacher_can_play_in_a_presets_view_and_turn_budget(built_index, papers, tmp_path):
+    """``sft demos --preset P`` without a policy: the teacher's episodes fit P's tool rounds (search rounds and
+    a read, then the finishing turn), show P's hits a search and carry P's prompt and user message."""
+    from arxivqa.train import preset, prompt_for
+
+    run = preset("cpu-warm-compact")
+    qfile = write_jsonl(tmp_path / "q.jsonl", [
+        {"qid": f"t{i}", "query": p.title + " " + p.abstract[:60], "gold_in_corpus": [p.arxiv_id],
+         "difficulty": "easy"} for i, p in enumerate(papers[:12])])
+    own = make_demos(DemoConfig(queries=str(qfile), per_query=2), index=built_index, progress=False)
+    fit = make_demos(DemoConfig(queries=str(qfile), per_query=2, teacher_preset="cpu-warm-compact"),
+                     index=built_index, progress=False)
+    assert len(fit) == len(own) and {d.qid for d in fit} == {d.qid for d in own}
+    turns = lambda d: len(d.trajectory.steps)  # noqa: E731
+    assert max(turns(d) for d in own) > run.max_tool_calling_iterations + 1  # the teacher's own shapes go beyond
+    for d in fit:
+        assert turns(d) <= run.max_tool_calling_iterations + 1
+        assert d.trajectory.steps[-1].assistant.tool_calls[0].name == "finish" and d.trajectory.stop_reason == "finished"
+        assert d.messages[0]["content"] == prompt_for(run)
+        assert d.messages[1]["content"] == run.user_template.format(query=d.trajectory.query)
+        hits = [len(r.hits) for r in d.trajectory.tool_results if r.name.endswith("_search")]
+        assert hits and max(hits) <= run.tool_max_results
+    assert max(len(r.hits) for d in fit for r in d.trajectory.tool_results) > 3  # more than the teacher's own 3
+    assert len({len(d.trajectory.tool_results) for d in fit}) >= 2  # still more than one shape
+
+
 def test_sft_trains_on_assistant_tokens_and_saves_a_loadable_model(built_index, papers, tmp_path, tiny_qwen,
                                                                   monkeypatch):
     """One short LoRA SFT run (a tiny Qwen2 with the packaged tokenizer) on two demonstrations: the loss is

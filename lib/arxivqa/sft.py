@@ -109,10 +109,16 @@ def _plan(query: str, rng: random.Random) -> tuple[int, int, bool]:
 
 
 def teacher_episode(query: Query, env, rng: random.Random, system_prompt: str, max_submit: int = 10,
-                    user_template: str = "{query}") -> Demo:
-    """A scripted episode over the real tools (see the module docstring); ``env`` is reset here."""
+                    user_template: str = "{query}", max_rounds: int | None = None) -> Demo:
+    """A scripted episode over the real tools (see the module docstring); ``env`` is reset here.
+    ``max_rounds``: the tool rounds a rollout has before its finishing turn (a preset's
+    ``max_tool_calling_iterations``); the drawn shape is cut to fit them, a ``read_page`` turn included."""
     env.reset(**query.model_dump())
     rounds, n_calls, read = _plan(query.query, rng)
+    if max_rounds is not None:  # cut after the draw: the same queries draw the same shapes either way
+        rounds = max(1, min(rounds, max_rounds - int(read)))
+        n_calls = min(n_calls, 2 * rounds)
+        read = read and rounds + 1 <= max_rounds
     traj = Trajectory.start(query, "teacher")
     rankings: list[list[str]] = []  # opaque IDs per search, in rank order
     found_by: dict[str, set[str]] = {}
@@ -221,6 +227,10 @@ class DemoConfig(BaseModel):
     tool_snippet_chars: int = 120
     tool_max_snippets: int = 0
     system_prompt: str = "compact"
+    # The scripted teacher in a training preset's view instead of the fields above: that preset's tool view
+    # (schemas, hits a search), system prompt, user message and tool rounds (``sft demos --preset`` without
+    # ``--policy``), so that its demonstrations can be mixed with a policy's of the same preset.
+    teacher_preset: str | None = None
 
 
 def make_demos(cfg: DemoConfig, index=None, progress: bool = True) -> list[Demo]:
@@ -234,14 +244,22 @@ def make_demos(cfg: DemoConfig, index=None, progress: bool = True) -> list[Demo]
     if cfg.split != "train":
         raise ValueError("demonstrations come from the training split only (split='train')")
     queries = select_queries(cfg.queries, "train", cfg.limit).queries
-    index = index or open_index_spec(cfg.index, embedder=cfg.embedder)
-    env = make_env(index, seed=cfg.seed, **tool_view(cfg))
-    prompt = prompt_for(cfg)
+    view = cfg
+    user_template, max_rounds = "{query}", None
+    if cfg.teacher_preset:
+        from .train import preset
+
+        view = preset(cfg.teacher_preset)
+        user_template, max_rounds = view.user_template, view.max_tool_calling_iterations
+    index = index or open_index_spec(cfg.index, embedder=cfg.embedder or getattr(view, "embedder", None))
+    env = make_env(index, seed=cfg.seed, **tool_view(view))
+    prompt = prompt_for(view)
     rng = random.Random(cfg.seed)
     out = []
     for q in tqdm(queries, desc="teacher demonstrations", unit="query", disable=not progress):
         for _ in range(cfg.per_query):
-            out.append(select(teacher_episode(q, env, rng, prompt)))
+            out.append(select(teacher_episode(q, env, rng, prompt, user_template=user_template,
+                                              max_rounds=max_rounds)))
     return out
 
 
@@ -640,7 +658,9 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--policy", default=None,
                    help="a policy's episodes instead of the teacher's: local:<model> (rejection sampling) or a "
                         "stronger endpoint (distillation), with the rollout view of --preset")
-    d.add_argument("--preset", default="cpu-warm", help="with --policy: the training preset whose view applies")
+    d.add_argument("--preset", default=None,
+                   help="the training preset whose rollout view applies (with --policy: default cpu-warm; the "
+                        "teacher: its view, prompt and tool rounds instead of its own 3-hit view)")
     d.add_argument("--temperature", type=float, default=DemoConfig().temperature, help="with --policy")
     d.add_argument("--min-p", type=float, default=None, help="with --policy: min-p truncation of the sampling")
     d.add_argument("--batch", type=int, default=None, help="with --policy: episodes in lockstep (default eval_batch)")
@@ -680,7 +700,8 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     if a.cmd == "demos":
         cfg = DemoConfig(limit=a.limit, per_query=a.per_query, seed=a.seed, index=a.index, embedder=a.embedder,
-                         policy=a.policy, preset=a.preset, temperature=a.temperature, min_p=a.min_p)
+                         policy=a.policy, preset=a.preset or "cpu-warm", temperature=a.temperature, min_p=a.min_p,
+                         teacher_preset=None if a.policy else a.preset)
         demos = policy_demos(cfg, batch_size=a.batch) if a.policy else make_demos(cfg)
         out = Path(a.out or settings().runs_dir.parent / "sft" / f"demos-{settings().scale}-seed{a.seed}.jsonl")
         save_demos(out, demos, cfg)
