@@ -22,7 +22,7 @@ TORCH_CPU_WHEELS ?= /opt/wheels
 LOCK_FLAGS ?=
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start warm-start-rs warm-start-rsf train-long train-long-warm train-rar-long clean-index
+.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start warm-start-rs warm-start-rsf warm-start-mix train-long train-long-warm train-rar-long clean-index
 
 setup: $(VENV)/.setup-done  ## create .venv, install the locked CPU set (requirements.lock), prepare the offline embedder
 
@@ -149,6 +149,16 @@ warm-start-rsf: setup $(RS_DEMOS)  ## the policy's searches + the teacher's fini
 	$(PY) -m arxivqa.sft train --demos data/sft/demos-policy-$(WARM_MODEL)$(WARM_TAG)-seed0-finished.jsonl --preset $(WARM_PRESET) --model $(WARM_MODEL) --epochs 2 --lr 2e-4 --out data/models/$(WARM_MODEL)-rsf$(WARM_TAG)
 	$(PY) -m arxivqa.evaluate --policy local:$(WARM_MODEL)-rsf$(WARM_TAG) $(WARM_VIEW) --name heldout-dev-rsf$(WARM_TAG)
 	$(if $(WARM_TAG),,$(PY) -m arxivqa.sft teacher-eval --trajectories results/eval/heldout-dev-rlvr40.trajectories.jsonl --policy local:$(WARM_MODEL) --out results/warm_start/$(WARM_MODEL)-rsf/teacher_dev.json)
+
+# The -rsf demonstrations mixed with the scripted teacher's on the same RS_QUERIES train queries, the teacher playing
+# in the preset's view and tool rounds (1-3 search rounds, both search tools, a read): a warm start with shapes
+# to choose among (the -rsf demonstrations are one search round); 1 epoch; evaluated held out like -rsf.
+TEACHER_DEMOS := data/sft/demos-teacher$(WARM_TAG)-seed1-$(RS_QUERIES)q.jsonl
+warm-start-mix: setup $(RS_DEMOS)  ## -rsf's demonstrations + the teacher's in the same view -> LoRA SFT -> data/models/$(WARM_MODEL)-mix + results/warm_start/$(WARM_MODEL)-mix/
+	$(PY) -m arxivqa.sft finish --demos $(RS_DEMOS) --preset $(WARM_PRESET) --out data/sft/demos-policy-$(WARM_MODEL)$(WARM_TAG)-seed0-finished.jsonl
+	$(PY) -m arxivqa.sft demos --preset $(WARM_PRESET) --per-query 1 --seed 1 --limit $(RS_QUERIES) --out $(TEACHER_DEMOS)
+	$(PY) -m arxivqa.sft train --demos data/sft/demos-policy-$(WARM_MODEL)$(WARM_TAG)-seed0-finished.jsonl $(TEACHER_DEMOS) --preset $(WARM_PRESET) --model $(WARM_MODEL) --epochs 1 --lr 2e-4 --out data/models/$(WARM_MODEL)-mix$(WARM_TAG)
+	$(PY) -m arxivqa.evaluate --policy local:$(WARM_MODEL)-mix$(WARM_TAG) $(WARM_VIEW) --name heldout-dev-mix$(WARM_TAG)
 
 # The long RLVR runs kept in the repository: the cpu-warm preset (its policy chosen by measurement, README "Warm start"), uniform and
 # easy-to-hard, LONG_STEPS GRPO steps each, on the demo index with the MiniLM semantic side; each is

@@ -146,6 +146,10 @@ def test_sft_trains_on_assistant_tokens_and_saves_a_loadable_model(built_index, 
     shutil.copy(kept / "sft.json", tmp_path / "results" / "warm_start" / "sft-model-rsf-compact" / "sft.json")
     with pytest.raises(FileNotFoundError, match="make warm-start-rsf WARM_PRESET=cpu-warm-compact`"):
         resolve_model("sft-model-rsf-compact")
+    (tmp_path / "results" / "warm_start" / "sft-model-mix-compact").mkdir(parents=True)  # the mixed recipe
+    shutil.copy(kept / "sft.json", tmp_path / "results" / "warm_start" / "sft-model-mix-compact" / "sft.json")
+    with pytest.raises(FileNotFoundError, match="make warm-start-mix WARM_PRESET=cpu-warm-compact`"):
+        resolve_model("sft-model-mix-compact")
 
 
 def test_only_selected_demonstrations_are_trained_on():
