@@ -22,7 +22,7 @@ TORCH_CPU_WHEELS ?= /opt/wheels
 LOCK_FLAGS ?=
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start warm-start-rs warm-start-rsf warm-start-mix train-long train-long-warm train-rar-long clean-index
+.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start warm-start-rs warm-start-rsf warm-start-mix train-long train-long-warm train-long-mix train-rar-long clean-index
 
 setup: $(VENV)/.setup-done  ## create .venv, install the locked CPU set (requirements.lock), prepare the offline embedder
 
@@ -171,13 +171,14 @@ LONG_RUNS := rlvr-cpu-warm-uniform-$(LONG_STEPS)steps-seed0 rlvr-cpu-warm-easy-t
 REVIVE = kept=results/runs/$$(basename $$run); \
 	  if [ ! -f $$run/config.json ] && ls -d $$kept/checkpoint-* >/dev/null 2>&1; then \
 	    $(PY) -m arxivqa.train revive $$kept --out $$run || exit 1; fi
-# $(call LONG_RLVR,<run name prefix>,<more --set flags>): both curricula, each resumed (or revived) and exported
+# $(call LONG_RLVR,<run name prefix>,<more --set flags>[,<preset>]): both curricula, each resumed (or revived) and
+# exported; the preset defaults to cpu-warm
 LONG_RLVR = $(PY) -m arxivqa.index build --embedder minilm-128 && \
 	for c in uniform easy-to-hard; do \
 	  run=data/runs/$(1)-$$c-$(LONG_STEPS)steps-seed0; \
 	  $(REVIVE); \
 	  resume=$$([ -f $$run/config.json ] && echo --resume); \
-	  $(PY) -m arxivqa.train --preset cpu-warm --reward rlvr $(2) --set curriculum=$$c --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
+	  $(PY) -m arxivqa.train --preset $(or $(3),cpu-warm) --reward rlvr $(2) --set curriculum=$$c --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
 	  $(PY) -m arxivqa.train export $$run || exit 1; \
 	done
 train-long: setup  ## the two committed RLVR runs (cpu-warm, LONG_STEPS steps each) -> results/runs/
@@ -188,6 +189,11 @@ train-long: setup  ## the two committed RLVR runs (cpu-warm, LONG_STEPS steps ea
 # at the preset's 0.7 its groups rarely differ: README "Warm start").
 train-long-warm: setup  ## the two RLVR runs from the -rsf warm start (cpu-warm, T 1.0, min-p 0.1, LONG_STEPS steps each) -> results/runs/
 	$(call LONG_RLVR,rlvr-cpu-warm-rsf-t1.0-minp0.1,--set model=$(WARM_MODEL)-rsf --set temperature=1.0 --set min_p=0.1)
+
+# The same from the mixed warm start made in the compact view (make warm-start-mix WARM_PRESET=cpu-warm-compact;
+# its weights are not committed either), in that view, sampled as train-long-warm.
+train-long-mix: setup  ## the two RLVR runs from the -mix-compact warm start (cpu-warm-compact, T 1.0, min-p 0.1, LONG_STEPS steps each) -> results/runs/
+	$(call LONG_RLVR,rlvr-cpu-warm-compact-mix-t1.0-minp0.1,--set model=$(WARM_MODEL)-mix-compact --set temperature=1.0 --set min_p=0.1,cpu-warm-compact)
 
 # The committed RaR run: the same preset, steps and seed as the uniform RLVR run, the global rubric, and the
 # training judge RAR_JUDGE (default the probability judge of the larger offline model: make setup-judge).
