@@ -177,6 +177,35 @@ def test_the_warm_start_is_measured_next_to_its_teacher_on_the_rollout_view(buil
     assert 0.0 <= trajectory_metrics(policy[0])["unreadable_share"] <= 1.0
 
 
+def test_a_demonstration_teaches_only_the_arguments_its_tools_declare():
+    """An argument the schema does not declare (the policy copying the schema's ``required`` list) is
+    ignored by the environment, so it leaves the trained chat; the declared ones stay as written."""
+    from arxivqa.agent import tool_schemas
+    from arxivqa.records import Trajectory
+    from arxivqa.sft import schema_arguments
+    from arxivqa.tools import CompactArxivEnv
+
+    calls = [{"type": "function", "function": {"name": "keyword_search",
+                                                "arguments": {"query": "tau bench", "required": ["tau bench"]}}},
+             {"type": "function", "function": {"name": "finish",
+                                                "arguments": {"paper_ids": ["P-1a2b3c4d"], "required": ["P-1a2b3c4d"]}}}]
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "tau bench"},
+            {"role": "assistant", "content": "I search.", "tool_calls": calls}]
+    d = Demo(qid="x", source="policy:p", shape="", messages=msgs, selected=True,
+             trajectory=Trajectory(qid="x", query="tau bench", policy="p"))
+    compact = tool_schemas(CompactArxivEnv(index=None))
+    row = d.row(compact)
+    written = [c["function"]["arguments"] for c in row["messages"][2]["tool_calls"]]
+    assert written == [{"query": "tau bench"}, {"paper_ids": ["P-1a2b3c4d"]}]
+    assert schema_arguments(msgs, compact)[1] == 2
+    assert d.messages[2]["tool_calls"][0]["function"]["arguments"]["required"] == ["tau bench"]  # the record stays
+    # the full view declares more arguments (max_results, min_date), and keeps them
+    full_call = {"query": "tau bench", "max_results": 5, "min_date": "2024-01-01"}
+    msgs[2] = {**msgs[2], "tool_calls": [{"type": "function", "function": {"name": "keyword_search",
+                                                                           "arguments": full_call}}]}
+    assert schema_arguments(msgs, tool_schemas())[0][2]["tool_calls"][0]["function"]["arguments"] == full_call
+
+
 def test_a_short_run_sees_as_many_queries_as_it_can():
     from arxivqa.records import Trajectory
     from arxivqa.sft import spread
