@@ -154,11 +154,15 @@ warm-start-rsf: setup $(RS_DEMOS)  ## the policy's searches + the teacher's fini
 # in the preset's view and tool rounds (1-3 search rounds, both search tools, a read): a warm start with shapes
 # to choose among (the -rsf demonstrations are one search round); 1 epoch; evaluated held out like -rsf.
 TEACHER_DEMOS := data/sft/demos-teacher$(WARM_TAG)-seed1-$(RS_QUERIES)q.jsonl
+# How the mix's SFT writes the calls: template (the chat template's <tool_call> markers) or text (JSON lines in the
+# assistant's text, as the packaged 0.5B writes them: README "Warm start"); text adds -text to the model's name.
+WARM_CALLS ?= template
+MIX := $(WARM_MODEL)-mix$(WARM_TAG)$(if $(filter text,$(WARM_CALLS)),-text)
 warm-start-mix: setup $(RS_DEMOS)  ## -rsf's demonstrations + the teacher's in the same view -> LoRA SFT -> data/models/$(WARM_MODEL)-mix + results/warm_start/$(WARM_MODEL)-mix/
 	$(PY) -m arxivqa.sft finish --demos $(RS_DEMOS) --preset $(WARM_PRESET) --out data/sft/demos-policy-$(WARM_MODEL)$(WARM_TAG)-seed0-finished.jsonl
 	$(PY) -m arxivqa.sft demos --preset $(WARM_PRESET) --per-query 1 --seed 1 --limit $(RS_QUERIES) --out $(TEACHER_DEMOS)
-	$(PY) -m arxivqa.sft train --demos data/sft/demos-policy-$(WARM_MODEL)$(WARM_TAG)-seed0-finished.jsonl $(TEACHER_DEMOS) --preset $(WARM_PRESET) --model $(WARM_MODEL) --epochs 1 --lr 2e-4 --out data/models/$(WARM_MODEL)-mix$(WARM_TAG)
-	$(PY) -m arxivqa.evaluate --policy local:$(WARM_MODEL)-mix$(WARM_TAG) $(WARM_VIEW) --name heldout-dev-mix$(WARM_TAG)
+	$(PY) -m arxivqa.sft train --demos data/sft/demos-policy-$(WARM_MODEL)$(WARM_TAG)-seed0-finished.jsonl $(TEACHER_DEMOS) --preset $(WARM_PRESET) --model $(WARM_MODEL) --epochs 1 --lr 2e-4 --call-format $(WARM_CALLS) --out data/models/$(MIX)
+	$(PY) -m arxivqa.evaluate --policy local:$(MIX) $(WARM_VIEW) --name heldout-dev-$(patsubst $(WARM_MODEL)-%,%,$(MIX))
 
 # The long RLVR runs kept in the repository: the cpu-warm preset (its policy chosen by measurement, README "Warm start"), uniform and
 # easy-to-hard, LONG_STEPS GRPO steps each, on the demo index with the MiniLM semantic side; each is

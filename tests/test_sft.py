@@ -206,6 +206,32 @@ def test_a_demonstration_teaches_only_the_arguments_its_tools_declare():
     assert schema_arguments(msgs, tool_schemas())[0][2]["tool_calls"][0]["function"]["arguments"] == full_call
 
 
+def test_calls_can_be_taught_as_text_that_the_agent_reads_back():
+    """``call_format="text"``: each turn's calls become JSON lines after its reasoning (no ``tool_calls``, so
+    no template markers), and the agent's parser reads back the same calls from that text."""
+    from arxivqa.agent import parse_tool_calls, tool_schemas
+    from arxivqa.records import Trajectory
+
+    calls = [{"type": "function", "function": {"name": "keyword_search", "arguments": {"query": "tau bench"}}},
+             {"type": "function", "function": {"name": "semantic_search", "arguments": {"query": "agent benchmarks"}}}]
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "tau bench"},
+            {"role": "assistant", "content": "I search both ways.", "tool_calls": calls},
+            {"role": "tool", "name": "keyword_search", "content": "5 papers"}]
+    d = Demo(qid="x", source="teacher", shape="", messages=msgs, selected=True,
+             trajectory=Trajectory(qid="x", query="tau bench", policy="t"))
+    as_text = d.row(tool_schemas(), call_format="text")["messages"]
+    turn = as_text[2]
+    assert "tool_calls" not in turn and turn["content"].startswith("I search both ways.\n\n")
+    assert as_text[3] == msgs[3]  # tool results stay tool messages
+    text, parsed, problems = parse_tool_calls(turn["content"])
+    assert not problems and text.strip() == "I search both ways."
+    assert [(c.name, c.arguments) for c in parsed] == [("keyword_search", {"query": "tau bench"}),
+                                                       ("semantic_search", {"query": "agent benchmarks"})]
+    assert d.row(tool_schemas())["messages"][2]["tool_calls"]  # the default keeps the template's form
+    with pytest.raises(ValueError, match="call_format"):
+        train_sft([d], "/nonexistent/never-written", SFTSettings(call_format="xml"))
+
+
 def test_a_short_run_sees_as_many_queries_as_it_can():
     from arxivqa.records import Trajectory
     from arxivqa.sft import spread

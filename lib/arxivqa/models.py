@@ -172,6 +172,8 @@ WARM_START_TARGETS = (
     ("-rsf-compact", "warm-start-rsf WARM_PRESET=cpu-warm-compact",
      "the policy's episodes + the teacher's finish + LoRA SFT in the compact view, ~2 h on 2 cores"),
     ("-rs-compact", "warm-start-rs WARM_PRESET=cpu-warm-compact", "the policy's episodes + LoRA SFT in the compact view, ~2 h on 2 cores"),
+    ("-mix-compact-text", "warm-start-mix WARM_PRESET=cpu-warm-compact WARM_CALLS=text",
+     "as -mix-compact, its calls taught as JSON lines in the text (sft train --call-format text), ~1.5 h on 2 cores"),
     ("-mix-compact", "warm-start-mix WARM_PRESET=cpu-warm-compact",
      "the -rsf demonstrations + the teacher's in the compact view + LoRA SFT, ~1.5 h on 2 cores"),
     ("-mix", "warm-start-mix", "the -rsf demonstrations + the teacher's + LoRA SFT, ~2 h on 2 cores"),

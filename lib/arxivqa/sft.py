@@ -66,16 +66,41 @@ class Demo(BaseModel):
     selected: bool = False  # finished with search recall > 0
     reason: str = ""
 
-    def row(self, tools: list[dict], system_prompt: str | None = None, user_template: str | None = None) -> dict:
+    def row(self, tools: list[dict], system_prompt: str | None = None, user_template: str | None = None,
+            call_format: str = "template") -> dict:
         """The trainer's row; ``system_prompt`` and ``user_template`` replace the recorded system and first
         user message (a demonstration file made before the run's prompt changed still teaches what
-        rollouts will see)."""
+        rollouts will see); ``call_format`` is how the assistant's calls are written (``calls_as_text``)."""
         messages = list(self.messages)
         if system_prompt is not None and messages and messages[0].get("role") == "system":
             messages[0] = {**messages[0], "content": system_prompt}
         if user_template is not None and len(messages) > 1 and messages[1].get("role") == "user":
             messages[1] = {**messages[1], "content": user_template.format(query=self.trajectory.query)}
-        return {"messages": schema_arguments(messages, tools)[0], "tools": tools}
+        messages = schema_arguments(messages, tools)[0]
+        return {"messages": calls_as_text(messages) if call_format == "text" else messages, "tools": tools}
+
+
+CALL_FORMATS = ("template", "text")
+
+
+def calls_as_text(messages: list[dict]) -> list[dict]:
+    """``messages`` with each assistant turn's calls written into its text, one JSON object
+    (``{"name": ..., "arguments": ...}``) a line after the reasoning, instead of as ``tool_calls`` that the chat
+    template wraps in its call markers. The packaged 0.5B writes its calls that way (bare or fenced JSON: it
+    never writes Qwen2.5's ``<tool_call>``, a token whose output row a LoRA cannot move — and TRL's
+    ``SFTTrainer`` refuses an adapter on ``lm_head``); the agent loop reads them (``agent.parse_tool_calls``),
+    so does GRPO (the training setting ``tolerant_tool_calls``), and a GRPO rollout keeps the tokens the
+    policy wrote, so its context holds them in this form too."""
+    out = []
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            calls = [json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]},
+                                ensure_ascii=False) for c in m["tool_calls"]]
+            text = (m.get("content") or "").strip()
+            m = {k: v for k, v in m.items() if k != "tool_calls"}
+            m["content"] = "\n\n".join([text, "\n".join(calls)] if text else ["\n".join(calls)])
+        out.append(m)
+    return out
 
 
 def schema_arguments(messages: list[dict], tools: list[dict]) -> tuple[list[dict], int]:
@@ -525,6 +550,7 @@ class SFTSettings(BaseModel):
     seed: int = 0
     threads: int | None = None
     dtype: str = "auto"
+    call_format: str = "template"  # "text": calls written as JSON lines in the assistant's text (calls_as_text)
 
 
 def training_template(tokenizer) -> str | None:
@@ -558,7 +584,9 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     if s.threads:
         torch.set_num_threads(s.threads)
     tools = tools or tool_schemas()
-    rows = [d.row(tools, system_prompt, user_template) for d in demos if d.selected]
+    if s.call_format not in CALL_FORMATS:
+        raise ValueError(f"call_format must be one of {CALL_FORMATS}, not {s.call_format!r}")
+    rows = [d.row(tools, system_prompt, user_template, s.call_format) for d in demos if d.selected]
     dropped_arguments = sum(schema_arguments(d.messages, tools)[1] for d in demos if d.selected)
     if not rows:
         raise ValueError("no selected demonstration to train on")
@@ -717,6 +745,8 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--preset", default="cpu-warm", help="the training preset whose system prompt the demonstrations get")
     t.add_argument("--max-length", type=int, default=SFTSettings().max_length)
     t.add_argument("--lr", type=float, default=SFTSettings().learning_rate)
+    t.add_argument("--call-format", choices=CALL_FORMATS, default=SFTSettings().call_format,
+                   help="template: calls in the chat template's markers; text: JSON lines in the assistant's text")
     t.add_argument("--strip-refused", action="store_true",
                    help="train on the demonstrations without their refused calls (strip_refused), selected again")
     e = sub.add_parser("eval", help="a warm-started model and the teacher on dev queries (rollout prompt, view, budgets)")
@@ -772,7 +802,8 @@ def main(argv: list[str] | None = None) -> None:
         raw = [d for f in a.demos for d in load_demos(f)]
         demos = spread([strip_refused(d) for d in raw] if a.strip_refused else raw, a.limit, a.skip)
         info = train_sft(demos, a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads,
-                                                   max_length=a.max_length, learning_rate=a.lr),
+                                                   max_length=a.max_length, learning_rate=a.lr,
+                                                   call_format=a.call_format),
                          system_prompt=prompt_for(run_cfg), user_template=run_cfg.user_template,
                          tools=tool_schemas(make_env(schemas=run_cfg.tool_schemas)),
                          meta={"demos_file": ", ".join(Path(f).name for f in a.demos), "strip_refused": a.strip_refused,
