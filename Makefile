@@ -157,12 +157,13 @@ TEACHER_DEMOS := data/sft/demos-teacher$(WARM_TAG)-seed1-$(RS_QUERIES)q.jsonl
 # How the mix's SFT writes the calls: template (the chat template's <tool_call> markers) or text (JSON lines in the
 # assistant's text, as the packaged 0.5B writes them: README "Warm start"); text adds -text to the model's name.
 WARM_CALLS ?= template
-MIX := $(WARM_MODEL)-mix$(WARM_TAG)$(if $(filter text,$(WARM_CALLS)),-text)
+MIX_TAG := mix$(WARM_TAG)$(if $(filter text,$(WARM_CALLS)),-text)
+MIX := $(WARM_MODEL)-$(MIX_TAG)
 warm-start-mix: setup $(RS_DEMOS)  ## -rsf's demonstrations + the teacher's in the same view -> LoRA SFT -> data/models/$(WARM_MODEL)-mix + results/warm_start/$(WARM_MODEL)-mix/
 	$(PY) -m arxivqa.sft finish --demos $(RS_DEMOS) --preset $(WARM_PRESET) --out data/sft/demos-policy-$(WARM_MODEL)$(WARM_TAG)-seed0-finished.jsonl
 	$(PY) -m arxivqa.sft demos --preset $(WARM_PRESET) --per-query 1 --seed 1 --limit $(RS_QUERIES) --out $(TEACHER_DEMOS)
 	$(PY) -m arxivqa.sft train --demos data/sft/demos-policy-$(WARM_MODEL)$(WARM_TAG)-seed0-finished.jsonl $(TEACHER_DEMOS) --preset $(WARM_PRESET) --model $(WARM_MODEL) --epochs 1 --lr 2e-4 --call-format $(WARM_CALLS) --out data/models/$(MIX)
-	$(PY) -m arxivqa.evaluate --policy local:$(MIX) $(WARM_VIEW) --name heldout-dev-$(patsubst $(WARM_MODEL)-%,%,$(MIX))
+	$(PY) -m arxivqa.evaluate --policy local:$(MIX) $(WARM_VIEW) --name heldout-dev-$(MIX_TAG)
 
 # The long RLVR runs kept in the repository: the cpu-warm preset (its policy chosen by measurement, README "Warm start"), uniform and
 # easy-to-hard, LONG_STEPS GRPO steps each, on the demo index with the MiniLM semantic side; each is

@@ -43,7 +43,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -67,7 +67,7 @@ class Demo(BaseModel):
     reason: str = ""
 
     def row(self, tools: list[dict], system_prompt: str | None = None, user_template: str | None = None,
-            call_format: str = "template") -> dict:
+            call_format: CallFormat = "template") -> dict:
         """The trainer's row; ``system_prompt`` and ``user_template`` replace the recorded system and first
         user message (a demonstration file made before the run's prompt changed still teaches what
         rollouts will see); ``call_format`` is how the assistant's calls are written (``calls_as_text``)."""
@@ -80,7 +80,8 @@ class Demo(BaseModel):
         return {"messages": calls_as_text(messages) if call_format == "text" else messages, "tools": tools}
 
 
-CALL_FORMATS = ("template", "text")
+CallFormat = Literal["template", "text"]
+CALL_FORMATS = get_args(CallFormat)
 
 
 def calls_as_text(messages: list[dict]) -> list[dict]:
@@ -96,9 +97,9 @@ def calls_as_text(messages: list[dict]) -> list[dict]:
         if m.get("role") == "assistant" and m.get("tool_calls"):
             calls = [json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]},
                                 ensure_ascii=False) for c in m["tool_calls"]]
-            text = (m.get("content") or "").strip()
+            text, body = (m.get("content") or "").strip(), "\n".join(calls)
             m = {k: v for k, v in m.items() if k != "tool_calls"}
-            m["content"] = "\n\n".join([text, "\n".join(calls)] if text else ["\n".join(calls)])
+            m["content"] = f"{text}\n\n{body}" if text else body
         out.append(m)
     return out
 
@@ -550,7 +551,7 @@ class SFTSettings(BaseModel):
     seed: int = 0
     threads: int | None = None
     dtype: str = "auto"
-    call_format: str = "template"  # "text": calls written as JSON lines in the assistant's text (calls_as_text)
+    call_format: CallFormat = "template"  # "text": calls written as JSON lines in the assistant's text (calls_as_text)
 
 
 def training_template(tokenizer) -> str | None:
@@ -584,8 +585,6 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     if s.threads:
         torch.set_num_threads(s.threads)
     tools = tools or tool_schemas()
-    if s.call_format not in CALL_FORMATS:
-        raise ValueError(f"call_format must be one of {CALL_FORMATS}, not {s.call_format!r}")
     rows = [d.row(tools, system_prompt, user_template, s.call_format) for d in demos if d.selected]
     dropped_arguments = sum(schema_arguments(d.messages, tools)[1] for d in demos if d.selected)
     if not rows:
