@@ -199,7 +199,7 @@ train-long-warm: setup  ## the two RLVR runs from the -rsf warm start (cpu-warm,
 # WARM_PRESET=cpu-warm-compact WARM_CALLS=text: 73 % of held-out episodes finished, the template-format one 5 %;
 # its weights are not committed either), in that view, sampled as train-long-warm, with 1536 completion tokens
 # (generated + tool results): a search round of two calls returns ~500 tokens, so at the preset's 768 a rollout
-# that searched twice never reached finish (in its first 3 steps 8 of 12 rollouts were cut at 768); the backward
+# that searched twice had no room left for finish (in its first 3 steps 8 of 12 rollouts were cut at 768); the backward
 # in 4 slices, one completion each, so the longer completions fit in memory.
 LONG_MIX := $(WARM_MODEL)-mix-compact-text
 train-long-mix: setup  ## the two RLVR runs from the -mix-compact-text warm start (cpu-warm-compact, T 1.0, min-p 0.1, LONG_STEPS steps each) -> results/runs/
