@@ -201,10 +201,15 @@ train-long-warm: setup  ## the two RLVR runs from the -rsf warm start (cpu-warm,
 # (generated + tool results): a search round of two calls returns ~500 tokens, so at the preset's 768 a rollout
 # that searched twice had no room left for finish (in its first 3 steps 8 of 12 rollouts were cut at 768); the backward
 # in 4 slices, one completion each, so the longer completions fit in memory.
+# A run continues only on the warm-start build it was trained from (its warm_start.json: rebuilds are not
+# reproducible, the weights are not committed): MIX_RUN names the run of the build at hand. The kept
+# ...-mixtext-... run (30 steps) came from the first build, which is gone; ...-mixtext2-... from the second.
+# On a machine with another build: make train-long-mix MIX_RUN=<a new name>.
 LONG_MIX := $(WARM_MODEL)-mix-compact-text
+MIX_RUN ?= rlvr-cpu-warm-compact-mixtext2-t1.0-minp0.1-c1536
 train-long-mix: setup  ## the two RLVR runs from the -mix-compact-text warm start (cpu-warm-compact, T 1.0, min-p 0.1, LONG_STEPS steps each) -> results/runs/
 	@test -f data/models/$(LONG_MIX)/config.json || { echo "no warm start data/models/$(LONG_MIX): make warm-start-mix WARM_PRESET=cpu-warm-compact WARM_CALLS=text" >&2; exit 1; }
-	$(call LONG_RLVR,rlvr-cpu-warm-compact-mixtext-t1.0-minp0.1-c1536,--set model=$(LONG_MIX) --set temperature=1.0 --set min_p=0.1 --set max_completion_length=1536 --set gradient_accumulation_steps=4,cpu-warm-compact)
+	$(call LONG_RLVR,$(MIX_RUN),--set model=$(LONG_MIX) --set temperature=1.0 --set min_p=0.1 --set max_completion_length=1536 --set gradient_accumulation_steps=4,cpu-warm-compact)
 
 # The committed RaR run: the same preset, steps and seed as the uniform RLVR run, the global rubric, and the
 # training judge RAR_JUDGE (default the probability judge of the larger offline model: make setup-judge).

@@ -435,3 +435,54 @@ def test_only_a_revived_checkpoint_has_its_schedule_advanced_by_hand(tmp_path):
     assert _resume_schedule(run / "checkpoint-5") == []
     (run / "checkpoint-10").mkdir()
     assert _resume_schedule(run / "checkpoint-10") == []
+
+
+def test_a_run_continues_and_loads_only_on_the_warm_start_build_it_was_trained_from(tiny_qwen, built_index, papers,
+                                                                                    tmp_path, monkeypatch):
+    """Warm-start weights are not committed and a rebuild is another model: a run records the build it was
+    trained from, and resuming, reviving or loading it on another build is refused with the two builds named."""
+    import shutil
+
+    from arxivqa.agent import run_policy
+    from arxivqa.models import warm_start_identity
+    from arxivqa.train import revive_run
+
+    monkeypatch.setenv("ARXIVQA_MODELS_DIR", str(tmp_path / "models"))
+    shutil.copytree(tiny_qwen, tmp_path / "models" / "tiny-warm")
+    record = tmp_path / "models" / "tiny-warm" / "sft.json"
+    first = json.dumps({"base": "tiny", "demos": 46, "first_loss": 0.71, "lora_norm": 2.17})
+    record.write_text(first)
+    assert warm_start_identity("tiny-warm")["demos"] == 46
+    assert warm_start_identity(tiny_qwen) is None and warm_start_identity("qwen2.5-coder-0.5b-instruct") is None
+    qfile = write_jsonl(tmp_path / "q.jsonl", [
+        {"qid": f"t{i}", "query": p.title, "gold_in_corpus": [p.arxiv_id], "difficulty": "easy"}
+        for i, p in enumerate(papers[:2])])
+    cfg = preset("cpu-demo", model="tiny-warm", queries=str(qfile), split="all", max_steps=1, num_generations=2,
+                 max_completion_length=16, max_tool_calling_iterations=1, save_steps=1, lora_r=2, threads=1,
+                 dtype="float32", tensorboard=False)
+    out = tmp_path / "run"
+    train(cfg, out, index=built_index)
+    from arxivqa.train import read_run
+
+    assert read_run(out).warm_start == warm_start_identity("tiny-warm")
+    # the warm start rebuilt: same name, other demonstrations and losses
+    record.write_text(json.dumps({"base": "tiny", "demos": 48, "first_loss": 1.28, "lora_norm": 2.29}))
+    longer = cfg.model_copy(update={"max_steps": 2})
+    with pytest.raises(ValueError, match="first loss 0.71.*first loss 1.28"):
+        train(longer, out, resume=True, index=built_index)
+    with pytest.raises(ValueError, match="load run:run"):
+        run_policy(out)
+    kept = tmp_path / "kept"  # an unfinished run kept in the repository, as export_run leaves it
+    (kept / "checkpoint-1").mkdir(parents=True)
+    for name in ("config.json", "warm_start.json"):
+        shutil.copy(out / name, kept / name)
+    shutil.copy(out / "checkpoint-1" / "adapter_model.safetensors", kept / "checkpoint-1")
+    with pytest.raises(ValueError, match="revive"):
+        revive_run(kept, tmp_path / "revived")
+    assert not (tmp_path / "revived").exists()
+    record.unlink()  # not built here at all
+    with pytest.raises(ValueError, match="not built on this machine"):
+        run_policy(out)
+    record.write_text(first)  # the build it was trained from: it continues
+    train(longer, out, resume=True, index=built_index)
+    assert read_run(out).steps_done == 2 and read_run(out).warm_start["demos"] == 46

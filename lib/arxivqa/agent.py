@@ -359,6 +359,10 @@ def run_policy(run_dir: str | os.PathLike, **kwargs) -> LocalHFPolicy:
         if not ckpts:
             raise FileNotFoundError(f"{run} has neither final/ nor a checkpoint: the run has not saved a step yet")
         adapter = ckpts[-1]
+    if (run / "warm_start.json").exists():  # its adapter belongs on the warm-start build it was trained from
+        from .models import check_warm_start
+
+        check_warm_start(json.loads((run / "warm_start.json").read_text()), cfg.get("model"), f"load run:{run.name}")
     return LocalHFPolicy(cfg.get("model"), adapter=adapter, name=f"run:{run.name}", **kwargs)
 
 

@@ -230,6 +230,49 @@ def warm_start_dir(name: str) -> Path:
     return config.results_dir() / "warm_start" / name
 
 
+def warm_start_identity(name: str | None, record: str | Path | None = None) -> dict | None:
+    """Which build of a warm start ``name`` stands for: the SHA-256 of its SFT record (``sft.json``, whose
+    losses and demonstration counts differ between any two builds) and the record's readable figures.
+    ``record`` defaults to the record of the model built here (``<models_dir>/<name>/sft.json``). None for
+    a model that is not a warm start made here (a packaged model, a hub ID), whose name is its identity.
+
+    A warm start's weights are not committed and its rebuild is not reproducible (sampled demonstrations,
+    CPU arithmetic), so a run trained from one build is not the same policy on top of another: ``train``
+    records this in the run (``warm_start.json``), and resuming, reviving or loading the run checks it."""
+    import json
+
+    if not name or "/" in name:
+        return None
+    path = Path(record) if record else config.settings().models_dir / name / "sft.json"
+    if not path.exists():
+        return None
+    info = json.loads(path.read_text())
+    canonical = json.dumps(info, sort_keys=True, separators=(",", ":")).encode()
+    return {"model": name, "sft_sha256": hashlib.sha256(canonical).hexdigest(),
+            **{k: info.get(k) for k in ("demos", "steps", "first_loss", "last_loss", "lora_norm")}}
+
+
+def check_warm_start(recorded: dict | None, name: str | None, what: str) -> None:
+    """Raises ValueError when ``recorded`` (a run's ``warm_start.json``) is not the build of ``name`` on this
+    machine; ``what`` says what was being done with the run. Nothing recorded: nothing to check."""
+    if not recorded:
+        return
+    here = warm_start_identity(name)
+    if here is None:
+        raise ValueError(f"cannot {what}: it was trained from the warm start {name!r} build "
+                         f"{recorded['sft_sha256'][:12]} (first loss {recorded.get('first_loss')}), which is not "
+                         f"built on this machine; its weights are not committed")
+    if here["sft_sha256"] != recorded["sft_sha256"]:
+        raise ValueError(
+            f"cannot {what}: it was trained from the warm start {name!r} build {recorded['sft_sha256'][:12]} "
+            f"({recorded.get('demos')} demos, first loss {recorded.get('first_loss')}, LoRA norm "
+            f"{recorded.get('lora_norm')}), and this machine's {name!r} is build {here['sft_sha256'][:12]} "
+            f"({here.get('demos')} demos, first loss {here.get('first_loss')}, LoRA norm {here.get('lora_norm')}). "
+            f"A rebuilt warm start is another model (rebuilds are not reproducible and warm-start weights are "
+            f"not committed): the run's adapter on top of it would be a policy nobody trained. Start a new run "
+            f"under another name from this build instead.")
+
+
 def rebuild_warm_start(name: str) -> Path:
     """The merged warm-start model ``<models_dir>/<name>`` rebuilt from its committed adapter and its base
     (a packaged model): seconds, offline. Returns the folder."""

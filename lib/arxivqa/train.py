@@ -755,6 +755,7 @@ class RunInfo(BaseModel):
     finished: bool
     steps_done: int
     revivals: list[dict] = []
+    warm_start: dict | None = None  # the warm-start build it was trained from (models.warm_start_identity)
 
     @property
     def name(self) -> str:
@@ -803,8 +804,9 @@ def read_run(path: str | Path) -> RunInfo:
     if (path / "metrics.jsonl").exists():
         steps = max((int(r.get("step", 0)) for r in load_rollouts(path / "metrics.jsonl")), default=0)
     revived = json.loads((path / "revived.json").read_text())["revivals"] if (path / "revived.json").exists() else []
+    warm = json.loads((path / "warm_start.json").read_text()) if (path / "warm_start.json").exists() else None
     return RunInfo(path=path, config=cfg, finished=(path / "final" / "adapter_config.json").exists(), steps_done=steps,
-                   revivals=revived)
+                   revivals=revived, warm_start=warm)
 
 
 def list_runs(roots: Sequence[str | Path] | None = None) -> list[RunInfo]:
@@ -899,8 +901,17 @@ def last_checkpoint(out: Path) -> Path | None:
 
 def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, scorer: Callable | None = None):
     """Run GRPO; returns the trainer. ``scorer`` replaces the RLVR reward (the RaR judge uses it)."""
+    from .models import check_warm_start, warm_start_identity
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    ckpt = last_checkpoint(out) if resume else None
+    if ckpt is not None:  # the adapter continues only on the warm-start build it was trained from
+        check_warm_start(read_run(out).warm_start, cfg.model, f"resume {out}")
+    else:
+        (out / "warm_start.json").unlink(missing_ok=True)
+        if (ident := warm_start_identity(cfg.model)) is not None:
+            atomic_write_json(out / "warm_start.json", ident)
     if cfg.gpu and cfg.unsloth:
         model, tokenizer = load_unsloth(cfg)  # before transformers / trl / peft are imported
     if cfg.threads:
@@ -927,7 +938,6 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
         raise ValueError("no training queries with gold papers in the corpus"
                          + (" reachable by a search of their text" if cfg.query_filter == "reachable" else ""))
     atomic_write_json(out / "config.json", cfg.model_dump(mode="json"))
-    ckpt = last_checkpoint(out) if resume else None
     keep = int(ckpt.name.split("-")[1]) if ckpt else None
     log = RolloutLog(out / "rollouts.jsonl", keep_until_step=keep if resume else None)
     clock = StepClock()
@@ -956,7 +966,8 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
     return trainer
 
 
-RUN_FILES = ("config.json", "metrics.jsonl", "rollouts.jsonl", "timing.jsonl", "queries.json", "revived.json")
+RUN_FILES = ("config.json", "metrics.jsonl", "rollouts.jsonl", "timing.jsonl", "queries.json", "revived.json",
+             "warm_start.json")
 
 
 def export_run(src: str | Path, dst: str | Path | None = None, max_adapter_mb: float = 10.0) -> Path:
@@ -1025,6 +1036,9 @@ def revive_run(src: str | Path, out: str | Path) -> Path:
         raise ValueError(f"{src} keeps no checkpoint adapter to continue from")
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} exists and is not empty: continue it with --resume, or choose another folder")
+    from .models import check_warm_start
+
+    check_warm_start(info.warm_start, info.config.model, f"revive {src}")
     step = int(ckpt.name.split("-")[1])
     out.mkdir(parents=True, exist_ok=True)
     for name in RUN_FILES:
