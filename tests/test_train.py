@@ -445,7 +445,7 @@ def test_a_run_continues_and_loads_only_on_the_warm_start_build_it_was_trained_f
 
     from arxivqa.agent import run_policy
     from arxivqa.models import warm_start_identity
-    from arxivqa.train import revive_run
+    from arxivqa.train import read_run, revive_run
 
     monkeypatch.setenv("ARXIVQA_MODELS_DIR", str(tmp_path / "models"))
     shutil.copytree(tiny_qwen, tmp_path / "models" / "tiny-warm")
@@ -462,8 +462,6 @@ def test_a_run_continues_and_loads_only_on_the_warm_start_build_it_was_trained_f
                  dtype="float32", tensorboard=False)
     out = tmp_path / "run"
     train(cfg, out, index=built_index)
-    from arxivqa.train import read_run
-
     assert read_run(out).warm_start == warm_start_identity("tiny-warm")
     # the warm start rebuilt: same name, other demonstrations and losses
     record.write_text(json.dumps({"base": "tiny", "demos": 48, "first_loss": 1.28, "lora_norm": 2.29}))

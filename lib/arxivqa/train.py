@@ -908,10 +908,10 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, index=None, s
     ckpt = last_checkpoint(out) if resume else None
     if ckpt is not None:  # the adapter continues only on the warm-start build it was trained from
         check_warm_start(read_run(out).warm_start, cfg.model, f"resume {out}")
+    elif (ident := warm_start_identity(cfg.model)) is not None:
+        atomic_write_json(out / "warm_start.json", ident)
     else:
         (out / "warm_start.json").unlink(missing_ok=True)
-        if (ident := warm_start_identity(cfg.model)) is not None:
-            atomic_write_json(out / "warm_start.json", ident)
     if cfg.gpu and cfg.unsloth:
         model, tokenizer = load_unsloth(cfg)  # before transformers / trl / peft are imported
     if cfg.threads:
