@@ -22,7 +22,7 @@ TORCH_CPU_WHEELS ?= /opt/wheels
 LOCK_FLAGS ?=
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start warm-start-rs warm-start-rsf warm-start-mix train-long train-long-warm train-long-mix train-rar-long clean-index
+.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start warm-start-rs warm-start-rsf warm-start-mix warm-start-again train-long train-long-warm train-long-mix train-rar-long clean-index
 
 setup: $(VENV)/.setup-done  ## create .venv, install the locked CPU set (requirements.lock), prepare the offline embedder
 
@@ -165,6 +165,13 @@ warm-start-mix: setup $(RS_DEMOS)  ## -rsf's demonstrations + the teacher's in t
 	$(PY) -m arxivqa.sft train --demos data/sft/demos-policy-$(WARM_MODEL)$(WARM_TAG)-seed0-finished.jsonl $(TEACHER_DEMOS) --preset $(WARM_PRESET) --model $(WARM_MODEL) --epochs 1 --lr 2e-4 --call-format $(WARM_CALLS) --out data/models/$(MIX)
 	$(PY) -m arxivqa.evaluate --policy local:$(MIX) $(WARM_VIEW) --name heldout-dev-$(MIX_TAG)
 
+# A warm start trained again from its committed record and demonstrations (results/warm_start/$(WARM)/demos/, kept by
+# every `sft train` since they were committed): the same build, so the runs trained from it continue here; fails,
+# naming what differs, if the training here does not give the recorded figures (~30 min for -mix-compact-text).
+WARM ?= $(WARM_MODEL)-mix-compact-text
+warm-start-again: setup  ## the warm start WARM trained again from its committed demonstrations -> data/models/$(WARM) (the same build)
+	$(PY) -m arxivqa.sft rebuild $(WARM)
+
 # The long RLVR runs kept in the repository: the cpu-warm preset (its policy chosen by measurement, README "Warm start"), uniform and
 # easy-to-hard, LONG_STEPS GRPO steps each, on the demo index with the MiniLM semantic side; each is
 # exported (config, metrics, rollouts, timing, TensorBoard events, bf16 adapter) to results/runs/<name>/.
@@ -208,7 +215,7 @@ train-long-warm: setup  ## the two RLVR runs from the -rsf warm start (cpu-warm,
 LONG_MIX := $(WARM_MODEL)-mix-compact-text
 MIX_RUN ?= rlvr-cpu-warm-compact-mixtext2-t1.0-minp0.1-c1536
 train-long-mix: setup  ## the two RLVR runs from the -mix-compact-text warm start (cpu-warm-compact, T 1.0, min-p 0.1, LONG_STEPS steps each) -> results/runs/
-	@test -f data/models/$(LONG_MIX)/config.json || { echo "no warm start data/models/$(LONG_MIX): make warm-start-mix WARM_PRESET=cpu-warm-compact WARM_CALLS=text" >&2; exit 1; }
+	@test -f data/models/$(LONG_MIX)/config.json || { echo "no warm start data/models/$(LONG_MIX): make warm-start-again WARM=$(LONG_MIX) (the committed build, where its demonstrations are committed) or make warm-start-mix WARM_PRESET=cpu-warm-compact WARM_CALLS=text (a new build)" >&2; exit 1; }
 	$(call LONG_RLVR,$(MIX_RUN),--set model=$(LONG_MIX) --set temperature=1.0 --set min_p=0.1 --set max_completion_length=1536 --set gradient_accumulation_steps=4,cpu-warm-compact)
 
 # The committed RaR run: the same preset, steps and seed as the uniform RLVR run, the global rubric, and the

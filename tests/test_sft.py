@@ -152,6 +152,66 @@ def test_sft_trains_on_assistant_tokens_and_saves_a_loadable_model(built_index, 
         resolve_model("sft-model-mix-compact")
 
 
+def test_a_published_warm_start_is_trained_again_to_the_same_build_from_its_committed_demonstrations(
+        built_index, papers, tmp_path, tiny_qwen, monkeypatch):
+    """Warm-start weights are not committed; its demonstrations are. ``sft rebuild`` trains the same build from
+    them (same record figures and adapter bytes), a run recorded on the first build continues on the rebuilt
+    one, a different build is reported as such, and publishing another build keeps the earlier record."""
+    import json
+    import shutil
+
+    from arxivqa.models import check_warm_start, warm_start_identity
+    from arxivqa.sft import main, publish_warm_start, rebuild_from_record, warm_start_from_demos
+
+    monkeypatch.setenv("ARXIVQA_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("ARXIVQA_MODELS_DIR", str(tmp_path / "models"))
+    q = Query(qid="c", query="graph neural networks for molecules",
+              gold_in_corpus=[by_title(papers, "Graph neural networks").arxiv_id])
+    rng = random.Random(1)
+    demos = [select(teacher_episode(q, _env(built_index), rng, COMPACT_SYSTEM_PROMPT)).model_copy(
+        update={"selected": True}) for _ in range(2)]
+    demo_file = save_demos(tmp_path / "demos-teacher.jsonl", demos)
+    tiny = SFTSettings(model=tiny_qwen, epochs=1, batch_size=1, lora_r=2, max_length=2400, threads=2, dtype="float32")
+    model = tmp_path / "models" / "tiny-warm"
+    first = warm_start_from_demos([demo_file], model, tiny, "cpu-warm-compact")
+    kept = publish_warm_start(model, [demo_file])
+    assert sorted(p.name for p in (kept / "demos").iterdir()) == ["demos-teacher.jsonl.gz"]
+    assert json.loads((kept / "demos.json").read_text())["files"] == ["demos-teacher.jsonl"]
+    run_record = warm_start_identity("tiny-warm")  # what a run trained from this build writes
+    demo_file.unlink()
+    shutil.rmtree(model)  # a fresh machine: the record and demonstrations only
+
+    with pytest.raises(ValueError, match="not built on this machine"):
+        check_warm_start(run_record, "tiny-warm", "resume run")
+    report = rebuild_from_record("tiny-warm")
+    assert report["reproduced"] and report["differs"] == []
+    again = json.loads((model / "sft.json").read_text())
+    assert again["adapter_sha256"] == first["adapter_sha256"] and again["log"][0]["loss"] == first["log"][0]["loss"]
+    assert warm_start_identity("tiny-warm")["sft_sha256"] != run_record["sft_sha256"]  # its timings differ
+    check_warm_start(run_record, "tiny-warm", "resume run")  # the same build: the run continues
+    old_style = {k: v for k, v in run_record.items() if k != "build_sha256"}  # recorded before build digests
+    check_warm_start(old_style, "tiny-warm", "resume run")  # found through the committed record it names
+
+    # another build under the same name (here its record differs in one figure): refused for the run, and
+    # publishing it keeps the earlier record beside it
+    record = json.loads((model / "sft.json").read_text())
+    (model / "sft.json").write_text(json.dumps(record | {"first_loss": record["first_loss"] + 1e-9}))
+    with pytest.raises(ValueError, match="another model"):
+        check_warm_start(run_record, "tiny-warm", "resume run")
+    publish_warm_start(model, [])
+    earlier = kept / f"build-{run_record['sft_sha256'][:12]}"
+    assert sorted(p.name for p in earlier.iterdir()) == ["demos", "demos.json", "sft.json"]
+    assert warm_start_identity("tiny-warm", earlier / "sft.json")["sft_sha256"] == run_record["sft_sha256"]
+    assert not (kept / "demos").exists()
+    with pytest.raises(FileNotFoundError, match="not committed"):
+        rebuild_from_record("tiny-warm")  # the demonstrations of the build just published were not given
+    # trained again, the demonstrations cannot give the figures of that record: reported as another build
+    shutil.copytree(earlier / "demos", kept / "demos")
+    with pytest.raises(SystemExit, match="first_loss"):
+        main(["rebuild", "tiny-warm", "--out", str(tmp_path / "elsewhere")])
+    assert not json.loads((tmp_path / "elsewhere" / "rebuild.json").read_text())["reproduced"]
+
+
 def test_only_selected_demonstrations_are_trained_on():
     from arxivqa.records import Trajectory
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,6 +193,11 @@ def resolve_model(name: str | None = None) -> str:
     committed = warm_start_dir(name)
     if "/" not in name and (committed / "adapter" / "adapter_config.json").exists():
         return str(rebuild_warm_start(name))
+    if "/" not in name and (committed / "demos").is_dir():  # its record and demonstrations are committed
+        raise FileNotFoundError(f"the warm start {name!r} is not built on this machine (model weights are not "
+                                f"committed; its record and demonstrations are in {committed}): run `python -m "
+                                f"arxivqa.sft rebuild {name}` once to train the same build again (make warm-start-again "
+                                f"WARM={name})")
     if "/" not in name and (committed / "sft.json").exists():  # its record is committed, its weights are not
         # the Makefile target that makes it, by the suffix each target gives its model
         target, how = next(((t, h) for suffix, t, h in WARM_START_TARGETS if name.endswith(suffix)),
@@ -230,17 +236,32 @@ def warm_start_dir(name: str) -> Path:
     return config.results_dir() / "warm_start" / name
 
 
+# What an SFT record (``sft.json``) says about the weights it describes: everything the training measured or was
+# given, without the wall-clock figures, which differ between two runs of the same arithmetic
+BUILD_KEYS = ("base", "demos", "tokens", "assistant_tokens", "arguments_dropped", "lora_norm", "settings", "steps",
+              "first_loss", "last_loss", "log")
+WALL_CLOCK_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
+
+
+def build_digest(info: dict) -> str:
+    """The SHA-256 of an SFT record's ``BUILD_KEYS`` (its log without ``WALL_CLOCK_KEYS``): two trainings
+    with the same demonstrations, settings and arithmetic give the same digest (every step's loss, gradient
+    norm and token accuracy and the final LoRA norm agree to the last bit); any other build differs."""
+    kept = {k: info.get(k) for k in BUILD_KEYS}
+    kept["log"] = [{k: v for k, v in row.items() if k not in WALL_CLOCK_KEYS} for row in info.get("log") or []]
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def warm_start_identity(name: str | None, record: str | Path | None = None) -> dict | None:
-    """Which build of a warm start ``name`` stands for: the SHA-256 of its SFT record (``sft.json``, whose
-    losses and demonstration counts differ between any two builds) and the record's readable figures.
+    """Which build of a warm start ``name`` stands for: the SHA-256 of its SFT record (``sft.json``),
+    the digest of what that record says about the weights (``build_digest``, equal for a build reproduced
+    from the committed demonstrations: ``python -m arxivqa.sft rebuild``) and the record's readable figures.
     ``record`` defaults to the record of the model built here (``<models_dir>/<name>/sft.json``). None for
     a model that is not a warm start made here (a packaged model, a hub ID), whose name is its identity.
 
-    A warm start's weights are not committed and its rebuild is not reproducible (sampled demonstrations,
-    CPU arithmetic), so a run trained from one build is not the same policy on top of another: ``train``
-    records this in the run (``warm_start.json``), and resuming, reviving or loading the run checks it."""
-    import json
-
+    A warm start's weights are not committed, so a run trained from one build is not the same policy on top
+    of another: ``train`` records this in the run (``warm_start.json``), and resuming, reviving or loading
+    the run checks it (``check_warm_start``)."""
     if not name or "/" in name:
         return None
     path = Path(record) if record else config.settings().models_dir / name / "sft.json"
@@ -248,29 +269,52 @@ def warm_start_identity(name: str | None, record: str | Path | None = None) -> d
         return None
     info = json.loads(path.read_text())
     canonical = json.dumps(info, sort_keys=True, separators=(",", ":")).encode()
-    return {"model": name, "sft_sha256": hashlib.sha256(canonical).hexdigest(),
-            **{k: info.get(k) for k in ("demos", "steps", "first_loss", "last_loss", "lora_norm")}}
+    return {"model": name, "sft_sha256": hashlib.sha256(canonical).hexdigest(), "build_sha256": build_digest(info),
+            **{k: info.get(k) for k in ("demos", "steps", "first_loss", "last_loss", "lora_norm")},
+            **({"adapter_sha256": info["adapter_sha256"]} if "adapter_sha256" in info else {})}
+
+
+def committed_builds(name: str) -> list[Path]:
+    """The committed SFT records of warm start ``name``: ``results/warm_start/<name>/sft.json`` and one
+    ``build-<sha>/sft.json`` per earlier build kept beside it."""
+    top = warm_start_dir(name)
+    return [p for p in [top / "sft.json", *sorted(top.glob("build-*/sft.json"))] if p.exists()]
+
+
+def recorded_build(recorded: dict) -> str | None:
+    """The build digest of the warm start a run recorded: its own ``build_sha256``, or, for a run recorded
+    before builds had one, the digest of the committed record whose SHA-256 the run names (None if none is)."""
+    if recorded.get("build_sha256"):
+        return recorded["build_sha256"]
+    for path in committed_builds(recorded.get("model") or ""):
+        ident = warm_start_identity(recorded["model"], path)
+        if ident and ident["sft_sha256"] == recorded.get("sft_sha256"):
+            return ident["build_sha256"]
+    return None
 
 
 def check_warm_start(recorded: dict | None, name: str | None, what: str) -> None:
     """Raises ValueError when ``recorded`` (a run's ``warm_start.json``) is not the build of ``name`` on this
-    machine; ``what`` says what was being done with the run. Nothing recorded: nothing to check."""
+    machine: neither the same record nor the same ``build_digest``; ``what`` says what was being done with
+    the run. Nothing recorded: nothing to check."""
     if not recorded:
         return
     here = warm_start_identity(name)
     if here is None:
         raise ValueError(f"cannot {what}: it was trained from the warm start {name!r} build "
                          f"{recorded['sft_sha256'][:12]} (first loss {recorded.get('first_loss')}), which is not "
-                         f"built on this machine; its weights are not committed")
-    if here["sft_sha256"] != recorded["sft_sha256"]:
-        raise ValueError(
-            f"cannot {what}: it was trained from the warm start {name!r} build {recorded['sft_sha256'][:12]} "
-            f"({recorded.get('demos')} demos, first loss {recorded.get('first_loss')}, LoRA norm "
-            f"{recorded.get('lora_norm')}), and this machine's {name!r} is build {here['sft_sha256'][:12]} "
-            f"({here.get('demos')} demos, first loss {here.get('first_loss')}, LoRA norm {here.get('lora_norm')}). "
-            f"A rebuilt warm start is another model (rebuilds are not reproducible and warm-start weights are "
-            f"not committed): the run's adapter on top of it would be a policy nobody trained. Start a new run "
-            f"under another name from this build instead.")
+                         f"built on this machine; its weights are not committed (python -m arxivqa.sft rebuild "
+                         f"makes it again where its demonstrations are committed)")
+    if here["sft_sha256"] == recorded["sft_sha256"] or here["build_sha256"] == recorded_build(recorded):
+        return
+    raise ValueError(
+        f"cannot {what}: it was trained from the warm start {name!r} build {recorded['sft_sha256'][:12]} "
+        f"({recorded.get('demos')} demos, first loss {recorded.get('first_loss')}, LoRA norm "
+        f"{recorded.get('lora_norm')}), and this machine's {name!r} is build {here['sft_sha256'][:12]} "
+        f"({here.get('demos')} demos, first loss {here.get('first_loss')}, LoRA norm {here.get('lora_norm')}). "
+        f"A warm start trained on other demonstrations or with other arithmetic is another model: the run's "
+        f"adapter on top of it would be a policy nobody trained. Start a new run under another name from this "
+        f"build instead.")
 
 
 def rebuild_warm_start(name: str) -> Path:

@@ -36,6 +36,7 @@ is merged and saved as a plain model folder, which GRPO then starts from (``Trai
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -490,7 +491,11 @@ def save_demos(path: str | Path, demos: Sequence[Demo], cfg: DemoConfig | None =
 
 
 def load_demos(path: str | Path) -> list[Demo]:
-    with open(path, encoding="utf-8") as fh:
+    """A demonstration file (JSONL, or JSONL.gz as ``publish_warm_start`` commits them)."""
+    import gzip
+
+    path = Path(path)
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as fh:
         return [Demo.model_validate_json(line) for line in fh if line.strip()]
 
 
@@ -618,7 +623,8 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     trainer.train()
     seconds = time.perf_counter() - t0
     moved = lora_norm(trainer.model)
-    save_adapter(trainer.model, out / "adapter", base=s.model)  # small enough to commit; `models` rebuilds the merged model from it
+    save_adapter(trainer.model, out / "adapter", base=s.model)  # `models` rebuilds the merged model from it where it is kept
+    weights = hashlib.sha256((out / "adapter" / "adapter_model.safetensors").read_bytes()).hexdigest()
     merged = trainer.model.merge_and_unload()
     merged.save_pretrained(str(out))
     original = AutoTokenizer.from_pretrained(path)  # keep the model's own (inference) chat template
@@ -627,21 +633,106 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     info = {"base": s.model, "demos": len(rows), "tokens": tokens, "assistant_tokens": assistant,
             "arguments_dropped": dropped_arguments, "lora_norm": moved, "settings": s.model_dump(), "train_seconds": seconds,
             "steps": trainer.state.global_step, "first_loss": log[0]["loss"] if log else None,
-            "last_loss": log[-1]["loss"] if log else None, **(meta or {}), "log": trainer.state.log_history}
+            "last_loss": log[-1]["loss"] if log else None, "adapter_sha256": weights, **(meta or {}),
+            "log": trainer.state.log_history}
     atomic_write_text(out / "sft.json", json.dumps(info, indent=2, default=str))
     return info
 
 
-def publish_warm_start(model_dir: str | Path) -> Path:
-    """Copy a trained warm start's record (``sft.json``, the bf16 LoRA ``adapter/``) to
-    ``results/warm_start/<name>/``, from which ``models.resolve_model`` rebuilds the model on a fresh clone."""
+def warm_start_from_demos(files: Sequence[str | Path], out: str | Path, s: SFTSettings, preset_name: str = "cpu-warm",
+                          stripped: bool = False, limit: int | None = None, skip: int = 0,
+                          names: Sequence[str] | None = None) -> dict:
+    """The warm start ``out`` trained on the demonstration ``files`` in the rollout view of the training
+    preset ``preset_name`` (its system prompt, user message and tool schemas): ``spread`` over queries (after
+    ``strip_refused`` if ``stripped``), LoRA SFT (``train_sft``), and ``demos.json`` written beside
+    ``sft.json``. ``names``: the files' names to record (default their own). Returns ``sft.json``'s content."""
+    from .agent import tool_schemas
+    from .files import atomic_write_json
+    from .tools import make_env
+    from .train import preset, prompt_for
+
+    run_cfg = preset(preset_name)
+    names = list(names or [Path(f).name for f in files])
+    raw = [d for f in files for d in load_demos(f)]
+    demos = spread([strip_refused(d) for d in raw] if stripped else raw, limit, skip)
+    info = train_sft(demos, out, s, system_prompt=prompt_for(run_cfg), user_template=run_cfg.user_template,
+                     tools=tool_schemas(make_env(schemas=run_cfg.tool_schemas)),
+                     meta={"demos_file": ", ".join(names), "strip_refused": stripped, "skipped": skip,
+                           "prompt_preset": preset_name, "tool_schemas": run_cfg.tool_schemas})
+    atomic_write_json(Path(out) / "demos.json", demos_record(raw, names, stripped))
+    return info
+
+
+def rebuild_from_record(record: str | Path, out: str | Path | None = None) -> dict:
+    """A warm start trained again from its committed record: ``record`` is its name or its record folder
+    (``results/warm_start/<name>`` or an earlier ``build-<sha>`` there), whose ``sft.json`` gives the
+    settings and preset and whose ``demos/`` the demonstration files (``publish_warm_start``). The model goes
+    to ``out`` (default ``<models>/<name>``, where runs look for it). Returns whether the new record's
+    ``models.build_digest`` equals the committed one (``reproduced``) and, if not, which figures differ;
+    writes that to ``<out>/rebuild.json``."""
+    from .config import settings
+    from .files import atomic_write_json
+    from .models import BUILD_KEYS, build_digest, warm_start_dir
+
+    folder = Path(record)
+    if not (folder / "sft.json").exists():
+        folder = warm_start_dir(str(record))
+    if not (folder / "sft.json").exists():
+        raise FileNotFoundError(f"no warm-start record {record!r}: give a name under results/warm_start/ or a "
+                                f"folder with sft.json")
+    name = folder.parent.name if folder.name.startswith("build-") else folder.name
+    info = json.loads((folder / "sft.json").read_text())
+    used = json.loads((folder / "demos.json").read_text()) if (folder / "demos.json").exists() else {}
+    files = [folder / "demos" / (f + ".gz") for f in used.get("files", [])]
+    if not files or not all(f.exists() for f in files):
+        raise FileNotFoundError(
+            f"{folder}: this build's demonstrations are not committed (builds published before they were kept: "
+            f"{', '.join(used.get('files', [])) or 'none recorded'}); it cannot be trained again — make a new build "
+            f"with its Makefile target instead")
+    out = Path(out or settings().models_dir / name)
+    new = warm_start_from_demos(files, out, SFTSettings(**info["settings"]), info.get("prompt_preset", "cpu-warm"),
+                                bool(info.get("strip_refused")), info["demos"], info.get("skipped", 0),
+                                names=used["files"])
+    differs = [k for k in BUILD_KEYS if k != "log" and new.get(k) != info.get(k)]
+    if build_digest(new) != build_digest(info) and not differs:
+        differs = ["log"]
+    report = {"record": str(folder), "model": str(out), "reproduced": not differs, "differs": differs,
+              "build_sha256": build_digest(new), "recorded_build_sha256": build_digest(info),
+              **{f"{k}": [info.get(k), new.get(k)] for k in ("demos", "first_loss", "last_loss", "lora_norm")},
+              "train_seconds": new.get("train_seconds")}
+    atomic_write_json(out / "rebuild.json", report)
+    return report
+
+
+def publish_warm_start(model_dir: str | Path, demo_files: Sequence[str | Path] = ()) -> Path:
+    """Copy a trained warm start's record (``sft.json``, ``demos.json``) and the demonstration files it was
+    trained on (gzipped, under ``demos/``) to ``results/warm_start/<name>/``, from which
+    ``python -m arxivqa.sft rebuild`` trains the same build again (``rebuild_from_record``); its bf16 LoRA
+    ``adapter/`` too, which is git-ignored (weights are not committed) but rebuilds the model on this machine.
+    A record of another build already there is first moved to ``build-<sha12>/`` beside it, since runs may
+    name it."""
+    import gzip
     import shutil
 
-    from .models import warm_start_dir
+    from .files import atomic_write_bytes
+    from .models import build_digest, warm_start_dir, warm_start_identity
 
     src = Path(model_dir)
     dst = warm_start_dir(src.name)
     dst.mkdir(parents=True, exist_ok=True)
+    new = json.loads((src / "sft.json").read_text())
+    if (dst / "sft.json").exists():
+        old = warm_start_identity(src.name, dst / "sft.json")
+        if old["build_sha256"] != build_digest(new):
+            keep = dst / f"build-{old['sft_sha256'][:12]}"
+            keep.mkdir(exist_ok=True)
+            for name in ("sft.json", "demos.json", "demos"):
+                if (dst / name).exists() and not (keep / name).exists():
+                    shutil.move(str(dst / name), str(keep / name))
+    if (dst / "demos").exists():
+        shutil.rmtree(dst / "demos")
+    for f in demo_files:
+        atomic_write_bytes(dst / "demos" / (Path(f).name + ".gz"), gzip.compress(Path(f).read_bytes(), mtime=0))
     (dst / "adapter").mkdir(exist_ok=True)
     for f in ("adapter_config.json", "adapter_model.safetensors"):  # not PEFT's generated model card
         shutil.copy(src / "adapter" / f, dst / "adapter" / f)
@@ -748,6 +839,11 @@ def main(argv: list[str] | None = None) -> None:
                    help="template: calls in the chat template's markers; text: JSON lines in the assistant's text")
     t.add_argument("--strip-refused", action="store_true",
                    help="train on the demonstrations without their refused calls (strip_refused), selected again")
+    r = sub.add_parser("rebuild", help="a warm start trained again from its committed record and demonstrations "
+                                       "(results/warm_start/<name>/demos/) -> <models>/<name>; fails if it is "
+                                       "another build")
+    r.add_argument("record", help="a warm start's name or its record folder (results/warm_start/<name>[/build-<sha>])")
+    r.add_argument("--out", default=None, help="default: <models>/<name>")
     e = sub.add_parser("eval", help="a warm-started model and the teacher on dev queries (rollout prompt, view, budgets)")
     e.add_argument("--model", required=True, help="a model folder (e.g. the output of `train`) or packaged name")
     e.add_argument("--limit", type=int, default=20)
@@ -792,24 +888,17 @@ def main(argv: list[str] | None = None) -> None:
         atomic_write_json(a.out, summary)
         print(json.dumps(summary, indent=2))
     elif a.cmd == "train":
-        from .agent import tool_schemas
-        from .files import atomic_write_json
-        from .tools import make_env
-        from .train import preset, prompt_for
-
-        run_cfg = preset(a.preset)
-        raw = [d for f in a.demos for d in load_demos(f)]
-        demos = spread([strip_refused(d) for d in raw] if a.strip_refused else raw, a.limit, a.skip)
-        info = train_sft(demos, a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads,
-                                                   max_length=a.max_length, learning_rate=a.lr,
-                                                   call_format=a.call_format),
-                         system_prompt=prompt_for(run_cfg), user_template=run_cfg.user_template,
-                         tools=tool_schemas(make_env(schemas=run_cfg.tool_schemas)),
-                         meta={"demos_file": ", ".join(Path(f).name for f in a.demos), "strip_refused": a.strip_refused,
-                               "skipped": a.skip, "prompt_preset": a.preset, "tool_schemas": run_cfg.tool_schemas})
-        atomic_write_json(Path(a.out) / "demos.json", demos_record(raw, a.demos, a.strip_refused))
-        publish_warm_start(a.out)
+        info = warm_start_from_demos(a.demos, a.out, SFTSettings(model=a.model, epochs=a.epochs, threads=a.threads,
+                                                                max_length=a.max_length, learning_rate=a.lr,
+                                                                call_format=a.call_format),
+                                     a.preset, a.strip_refused, a.limit, a.skip)
+        publish_warm_start(a.out, a.demos)
         print(json.dumps({k: v for k, v in info.items() if k != "log"}, indent=2, default=str))
+    elif a.cmd == "rebuild":
+        out = rebuild_from_record(a.record, a.out)
+        print(json.dumps(out, indent=2))
+        if not out["reproduced"]:
+            raise SystemExit(f"{a.record}: the rebuild is another build ({', '.join(out['differs'])} differ)")
     else:
         from .files import atomic_write_json
         from .records import save_trajectories
