@@ -230,3 +230,22 @@ def test_the_agent_sends_the_schemas_of_its_environment(built_index, query):
     policy = Recording([call("keyword_search", query="policy optimization")] * 2)
     Agent(policy).run_many([query, query], lambda: make_env(built_index, **view), batch_size=2)
     assert policy.tools == compact
+
+
+def test_an_evaluation_obfuscates_ids_per_episode_and_the_same_way_in_every_run(built_index, query):
+    """Paper IDs differ between episodes (per-rollout obfuscation) but not between two runs of the same
+    evaluation: a greedy policy that reads what it is shown then plays the same episodes twice (with random
+    salts its prompts, and so its choices, changed from run to run)."""
+    from arxivqa.evaluate import run_agent_eval
+
+    def play(seed):
+        policy = Scripted([call("keyword_search", query="group relative policy optimization"),
+                           lambda msgs: call("finish", paper_ids=[first_id(msgs)])] * 2)
+        trajs = run_agent_eval("scripted", [query, query], built_index, progress=False, batch_size=1,
+                               policy=policy, seed=seed)
+        return [t.steps[0].results[0].result for t in trajs], trajs
+
+    (first, trajs), (again, _) = play(0), play(0)
+    assert first == again and first[0] != first[1]  # the same query twice: other IDs in each episode
+    assert all(t.submitted == query.gold_in_corpus for t in trajs)
+    assert play(1)[0] != first and play(None)[0] != first

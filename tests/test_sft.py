@@ -487,3 +487,17 @@ def test_the_teacher_finishes_what_a_policy_searched(built_index, papers, tmp_pa
     measured = teacher_finished([r.trajectory for r in blind], cfg, index=built_index)
     assert [t.policy for t in measured] == ["looper + teacher finish"] * 2
     assert [t.submitted for t in measured] == [d.trajectory.submitted for d in done]
+
+
+def test_the_teachers_refinement_is_the_same_in_every_process():
+    """Words tied in count are taken in the order the titles show them, not in a set's order, which changes
+    with PYTHONHASHSEED (the teacher's demonstrations differed between two builds this way)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from arxivqa.sft import _refinement; print(_refinement('learning to rank', ['alpha beta gamma delta', "
+            "'delta gamma beta alpha', 'epsilon zeta eta theta', 'theta eta zeta epsilon'], n=3))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout for h in range(6)}
+    assert outs == {"alpha beta gamma learning rank\n"}

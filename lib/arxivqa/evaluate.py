@@ -6,6 +6,7 @@ without any such paper are left out and counted.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -172,10 +173,15 @@ def comparison_table(per_query: pd.DataFrame, metrics: Sequence[str] = TRAJECTOR
     return pd.DataFrame(rows)
 
 
+def episode_seed(seed: int, k: int) -> int:
+    """The ID-obfuscation seed of the k-th episode of an evaluation seeded ``seed`` (``run_agent_eval``)."""
+    return seed * 1_000_003 + k
+
+
 def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concurrency: int = 1, budgets=None,
                    progress: bool = True, system_prompt: str | None = None, env_kwargs: dict | None = None,
                    batch_size: int | None = None, policy=None, context_window: int | None = None,
-                   chosen_by: str = "the policy name", user_template: str | None = None):
+                   chosen_by: str = "the policy name", user_template: str | None = None, seed: int | None = 0):
     """Run the agent on each query. An in-process policy runs ``batch_size`` episodes in lockstep
     (default the setting ``eval_batch``: batched decoding, each episode's prompt prefix kept as a KV
     cache between turns; 1 = one at a time); an endpoint runs ``concurrency`` episodes at once.
@@ -183,7 +189,10 @@ def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concu
     to the agent's own; a trained policy is best evaluated with the prompt and view it was trained on
     (``run_view``). ``policy`` reuses an already loaded policy. ``context_window`` overrides the agent's
     (``Agent.window``; 0: no trimming). An endpoint policy is asked first whether its server is there
-    (``llm.EndpointUnreachable`` names the URL and ``chosen_by``). Returns the trajectories in query order."""
+    (``llm.EndpointUnreachable`` names the URL and ``chosen_by``). ``seed``: the k-th episode's paper IDs are
+    obfuscated with the salt of ``episode_seed(seed, k)`` (different in every episode, the same in every run, so
+    that a seeded or greedy policy plays the same episodes twice; None: a random salt per episode). Returns the
+    trajectories in query order."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .agent import Agent, make_policy
@@ -199,8 +208,11 @@ def run_agent_eval(policy_spec: str, queries: Sequence[Query], index=None, concu
         agent.user_template = user_template
     batch_size = batch_size or settings().eval_batch
 
-    def env():
-        return make_env(index, **(env_kwargs or {}))
+    made = itertools.count()
+
+    def env():  # called once per episode, in query order
+        return make_env(index, **({"seed": episode_seed(seed, next(made))} if seed is not None else {}),
+                        **(env_kwargs or {}))
 
     bar = tqdm(total=len(queries), desc=f"episodes ({agent.policy.name})", unit="episode", disable=not progress)
     if hasattr(agent.policy, "chat_many") and batch_size > 1:

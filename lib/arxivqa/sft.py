@@ -145,7 +145,9 @@ def _refinement(query: str, titles: Sequence[str], n: int = 3) -> str | None:
     """Words frequent in the titles seen so far but not in the query, with the query's first content
     words: a query that follows the results rather than rephrasing the question."""
     mine = set(content_words(query))
-    counts = Counter(t for title in titles for t in set(content_words(title)) if t not in mine and len(t) > 2)
+    # each title's words once, in their order (a set's order changes with PYTHONHASHSEED, and with it which
+    # of the words tied in count most_common returns: the teacher's refinement differed between processes)
+    counts = Counter(t for title in titles for t in dict.fromkeys(content_words(title)) if t not in mine and len(t) > 2)
     new = [w for w, c in counts.most_common(n) if c >= 2]
     if not new:
         return None
@@ -476,7 +478,8 @@ def policy_demos(cfg: DemoConfig, index=None, policy=None, batch_size: int | Non
     plays = [q for q in queries for _ in range(cfg.per_query)]
     trajs = run_agent_eval(policy.name, plays, index, budgets=view["budgets"], progress=progress,
                            system_prompt=view["system_prompt"], env_kwargs=view["env_kwargs"],
-                           user_template=view["user_template"], policy=policy, batch_size=batch_size)
+                           user_template=view["user_template"], policy=policy, batch_size=batch_size,
+                           seed=cfg.seed)  # the episodes' paper IDs too: the same demonstrations in every run
     return [select(Demo(qid=t.qid, source=f"policy:{policy.name}", shape=episode_shape(t), trajectory=t,
                         messages=trajectory_messages(t, view["system_prompt"], view["user_template"])))
             for t in trajs]
