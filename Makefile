@@ -208,12 +208,14 @@ train-long-warm: setup  ## the two RLVR runs from the -rsf warm start (cpu-warm,
 # (generated + tool results): a search round of two calls returns ~500 tokens, so at the preset's 768 a rollout
 # that searched twice had no room left for finish (in its first 3 steps 8 of 12 rollouts were cut at 768); the backward
 # in 4 slices, one completion each, so the longer completions fit in memory.
-# A run continues only on the warm-start build it was trained from (its warm_start.json: rebuilds are not
-# reproducible, the weights are not committed): MIX_RUN names the run of the build at hand. The kept
-# ...-mixtext-... run (30 steps) came from the first build, which is gone; ...-mixtext2-... from the second.
-# On a machine with another build: make train-long-mix MIX_RUN=<a new name>.
+# A run continues only on the warm-start build it was trained from (its warm_start.json; the weights are not
+# committed): MIX_RUN names the run of the build at hand. The kept ...-mixtext-... run (30 steps) came from the
+# first build, ...-mixtext2-... (60 steps) from the second; neither build's demonstrations were kept, so both runs
+# are read-only. ...-mixtext3-... comes from the third, whose demonstrations are committed: make warm-start-again
+# trains that build again on a fresh machine, and this target then continues the run. After a new build
+# (make warm-start-mix): make train-long-mix MIX_RUN=<a new name>.
 LONG_MIX := $(WARM_MODEL)-mix-compact-text
-MIX_RUN ?= rlvr-cpu-warm-compact-mixtext2-t1.0-minp0.1-c1536
+MIX_RUN ?= rlvr-cpu-warm-compact-mixtext3-t1.0-minp0.1-c1536
 train-long-mix: setup  ## the two RLVR runs from the -mix-compact-text warm start (cpu-warm-compact, T 1.0, min-p 0.1, LONG_STEPS steps each) -> results/runs/
 	@test -f data/models/$(LONG_MIX)/config.json || { echo "no warm start data/models/$(LONG_MIX): make warm-start-again WARM=$(LONG_MIX) (the committed build, where its demonstrations are committed) or make warm-start-mix WARM_PRESET=cpu-warm-compact WARM_CALLS=text (a new build)" >&2; exit 1; }
 	$(call LONG_RLVR,$(MIX_RUN),--set model=$(LONG_MIX) --set temperature=1.0 --set min_p=0.1 --set max_completion_length=1536 --set gradient_accumulation_steps=4,cpu-warm-compact)
