@@ -371,12 +371,19 @@ def cached_agent_eval(policy_spec: str, queries: Sequence[Query], path, index=No
             save_trajectories(path, list(done.values()))
             bar.update()
 
+        # each query's paper IDs obfuscated by the seed of its place in ``queries`` (run_agent_eval): the same
+        # in a rerun, and in a resumed run; make_env is called once per episode, in the order of ``todo``
+        places = iter([i for i, q in enumerate(queries) if q.qid not in done])
+
+        def make_env():
+            return ArxivEnv(index, seed=episode_seed(0, next(places)))
+
         batch = settings().eval_batch
         if hasattr(agent.policy, "chat_many") and batch > 1:
-            agent.run_many(todo, lambda: ArxivEnv(index), batch_size=batch, progress=keep)
+            agent.run_many(todo, make_env, batch_size=batch, progress=keep)
         else:
             for q in todo:
-                keep(agent.run(q, ArxivEnv(index)))
+                keep(agent.run(q, make_env()))
         bar.close()
         del agent
     return [done[q.qid] for q in queries]
