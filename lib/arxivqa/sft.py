@@ -701,7 +701,7 @@ def rebuild_from_record(record: str | Path, out: str | Path | None = None) -> di
         differs = ["log"]
     report = {"record": str(folder), "model": str(out), "reproduced": not differs, "differs": differs,
               "build_sha256": build_digest(new), "recorded_build_sha256": build_digest(info),
-              **{f"{k}": [info.get(k), new.get(k)] for k in ("demos", "first_loss", "last_loss", "lora_norm")},
+              **{k: [info.get(k), new.get(k)] for k in ("demos", "first_loss", "last_loss", "lora_norm")},
               "train_seconds": new.get("train_seconds")}
     atomic_write_json(out / "rebuild.json", report)
     return report
