@@ -696,11 +696,12 @@ def rebuild_from_record(record: str | Path, out: str | Path | None = None) -> di
     new = warm_start_from_demos(files, out, SFTSettings(**info["settings"]), info.get("prompt_preset", "cpu-warm"),
                                 bool(info.get("strip_refused")), info["demos"], info.get("skipped", 0),
                                 names=used["files"])
+    digest, recorded = build_digest(new), build_digest(info)
     differs = [k for k in BUILD_KEYS if k != "log" and new.get(k) != info.get(k)]
-    if build_digest(new) != build_digest(info) and not differs:
+    if digest != recorded and not differs:
         differs = ["log"]
     report = {"record": str(folder), "model": str(out), "reproduced": not differs, "differs": differs,
-              "build_sha256": build_digest(new), "recorded_build_sha256": build_digest(info),
+              "build_sha256": digest, "recorded_build_sha256": recorded,
               **{k: [info.get(k), new.get(k)] for k in ("demos", "first_loss", "last_loss", "lora_norm")},
               "train_seconds": new.get("train_seconds")}
     atomic_write_json(out / "rebuild.json", report)
