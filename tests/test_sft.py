@@ -156,7 +156,8 @@ def test_a_published_warm_start_is_trained_again_to_the_same_build_from_its_comm
         built_index, papers, tmp_path, tiny_qwen, monkeypatch):
     """Warm-start weights are not committed; its demonstrations are. ``sft rebuild`` trains the same build from
     them (same record figures and adapter bytes), a run recorded on the first build continues on the rebuilt
-    one, a different build is reported as such, and publishing another build keeps the earlier record."""
+    one, a different build is reported as such and never replaces the model, and publishing another build keeps
+    the earlier record."""
     import json
     import shutil
 
@@ -210,6 +211,15 @@ def test_a_published_warm_start_is_trained_again_to_the_same_build_from_its_comm
     with pytest.raises(SystemExit, match="first_loss"):
         main(["rebuild", "tiny-warm", "--out", str(tmp_path / "elsewhere")])
     assert not json.loads((tmp_path / "elsewhere" / "rebuild.json").read_text())["reproduced"]
+    # where the model is already the recorded build, it is not trained again; trained again on request, another
+    # build does not replace it (runs may have been trained from it): it is left beside it, reported as such
+    assert rebuild_from_record("tiny-warm")["already"]
+    before = (model / "sft.json").read_text()
+    with pytest.raises(SystemExit, match="first_loss.*left as it was"):
+        main(["rebuild", "tiny-warm", "--force"])
+    assert (model / "sft.json").read_text() == before
+    staged = json.loads((tmp_path / "models" / "tiny-warm.rebuild" / "rebuild.json").read_text())
+    assert not staged["reproduced"] and staged["left_in_place"] == str(model)
 
 
 def test_only_selected_demonstrations_are_trained_on():

@@ -666,13 +666,18 @@ def warm_start_from_demos(files: Sequence[str | Path], out: str | Path, s: SFTSe
     return info
 
 
-def rebuild_from_record(record: str | Path, out: str | Path | None = None) -> dict:
+def rebuild_from_record(record: str | Path, out: str | Path | None = None, force: bool = False) -> dict:
     """A warm start trained again from its committed record: ``record`` is its name or its record folder
     (``results/warm_start/<name>`` or an earlier ``build-<sha>`` there), whose ``sft.json`` gives the
     settings and preset and whose ``demos/`` the demonstration files (``publish_warm_start``). The model goes
     to ``out`` (default ``<models>/<name>``, where runs look for it). Returns whether the new record's
     ``models.build_digest`` equals the committed one (``reproduced``) and, if not, which figures differ;
-    writes that to ``<out>/rebuild.json``."""
+    writes that to ``rebuild.json`` beside the model kept.
+
+    A model already in ``out`` with the recorded build is not trained again (``already``; ``force`` trains it
+    again all the same). The new build is trained into ``<out>.rebuild`` and takes ``out``'s place only if it
+    reproduces the record or ``out`` holds no model: another build never replaces a model that runs may have
+    been trained from; it stays in ``<out>.rebuild`` (``left_in_place`` names the model left as it was)."""
     from .config import settings
     from .files import atomic_write_json
     from .models import BUILD_KEYS, build_digest, warm_start_dir
@@ -692,19 +697,33 @@ def rebuild_from_record(record: str | Path, out: str | Path | None = None) -> di
             f"{folder}: this build's demonstrations are not committed (builds published before they were kept: "
             f"{', '.join(used.get('files', [])) or 'none recorded'}); it cannot be trained again — make a new build "
             f"with its Makefile target instead")
+    import shutil
+
     out = Path(out or settings().models_dir / name)
-    new = warm_start_from_demos(files, out, SFTSettings(**info["settings"]), info.get("prompt_preset", "cpu-warm"),
+    recorded = build_digest(info)
+    if not force and (out / "config.json").exists() and (out / "sft.json").exists() \
+            and build_digest(json.loads((out / "sft.json").read_text())) == recorded:
+        return {"record": str(folder), "model": str(out), "reproduced": True, "already": True, "differs": [],
+                "build_sha256": recorded, "recorded_build_sha256": recorded}
+    staged = out.with_name(out.name + ".rebuild")
+    shutil.rmtree(staged, ignore_errors=True)
+    new = warm_start_from_demos(files, staged, SFTSettings(**info["settings"]), info.get("prompt_preset", "cpu-warm"),
                                 bool(info.get("strip_refused")), info["demos"], info.get("skipped", 0),
                                 names=used["files"])
-    digest, recorded = build_digest(new), build_digest(info)
+    digest = build_digest(new)
     differs = [k for k in BUILD_KEYS if k != "log" and new.get(k) != info.get(k)]
     if digest != recorded and not differs:
         differs = ["log"]
-    report = {"record": str(folder), "model": str(out), "reproduced": not differs, "differs": differs,
-              "build_sha256": digest, "recorded_build_sha256": recorded,
+    report = {"record": str(folder), "model": str(out), "reproduced": not differs, "already": False,
+              "differs": differs, "build_sha256": digest, "recorded_build_sha256": recorded,
               **{k: [info.get(k), new.get(k)] for k in ("demos", "first_loss", "last_loss", "lora_norm")},
               "train_seconds": new.get("train_seconds")}
-    atomic_write_json(out / "rebuild.json", report)
+    if not differs or not (out / "config.json").exists():
+        shutil.rmtree(out, ignore_errors=True)
+        staged.rename(out)
+    else:
+        report |= {"model": str(staged), "left_in_place": str(out)}
+    atomic_write_json(Path(report["model"]) / "rebuild.json", report)
     return report
 
 
@@ -848,6 +867,8 @@ def main(argv: list[str] | None = None) -> None:
                                        "another build")
     r.add_argument("record", help="a warm start's name or its record folder (results/warm_start/<name>[/build-<sha>])")
     r.add_argument("--out", default=None, help="default: <models>/<name>")
+    r.add_argument("--force", action="store_true",
+                   help="train it again even where <out> already holds the recorded build")
     e = sub.add_parser("eval", help="a warm-started model and the teacher on dev queries (rollout prompt, view, budgets)")
     e.add_argument("--model", required=True, help="a model folder (e.g. the output of `train`) or packaged name")
     e.add_argument("--limit", type=int, default=20)
@@ -899,10 +920,14 @@ def main(argv: list[str] | None = None) -> None:
         publish_warm_start(a.out, a.demos)
         print(json.dumps({k: v for k, v in info.items() if k != "log"}, indent=2, default=str))
     elif a.cmd == "rebuild":
-        out = rebuild_from_record(a.record, a.out)
+        out = rebuild_from_record(a.record, a.out, force=a.force)
         print(json.dumps(out, indent=2))
+        if out.get("already"):
+            print(f"{out['model']} already holds the recorded build: not trained again (--force to train it again)")
         if not out["reproduced"]:
-            raise SystemExit(f"{a.record}: the rebuild is another build ({', '.join(out['differs'])} differ)")
+            kept = f"; it is kept at {out['model']}, {out['left_in_place']} is left as it was" \
+                if "left_in_place" in out else ""
+            raise SystemExit(f"{a.record}: the rebuild is another build ({', '.join(out['differs'])} differ){kept}")
     else:
         from .files import atomic_write_json
         from .records import save_trajectories
