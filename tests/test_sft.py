@@ -186,6 +186,7 @@ def test_a_published_warm_start_is_trained_again_to_the_same_build_from_its_comm
         check_warm_start(run_record, "tiny-warm", "resume run")
     report = rebuild_from_record("tiny-warm")
     assert report["reproduced"] and report["differs"] == []
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["tiny-warm"]  # nothing staged is left
     again = json.loads((model / "sft.json").read_text())
     assert again["adapter_sha256"] == first["adapter_sha256"] and again["log"][0]["loss"] == first["log"][0]["loss"]
     assert warm_start_identity("tiny-warm")["sft_sha256"] != run_record["sft_sha256"]  # its timings differ

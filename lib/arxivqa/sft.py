@@ -40,6 +40,7 @@ import hashlib
 import json
 import random
 import re
+import shutil
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -632,6 +633,7 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     merged.save_pretrained(str(out))
     original = AutoTokenizer.from_pretrained(path)  # keep the model's own (inference) chat template
     original.save_pretrained(str(out))
+    shutil.rmtree(work, ignore_errors=True)  # the trainer's output folder: nothing is saved there (save_strategy "no")
     log = [r for r in trainer.state.log_history if "loss" in r]
     info = {"base": s.model, "demos": len(rows), "tokens": tokens, "assistant_tokens": assistant,
             "arguments_dropped": dropped_arguments, "lora_norm": moved, "settings": s.model_dump(), "train_seconds": seconds,
@@ -697,8 +699,6 @@ def rebuild_from_record(record: str | Path, out: str | Path | None = None, force
             f"{folder}: this build's demonstrations are not committed (builds published before they were kept: "
             f"{', '.join(used.get('files', [])) or 'none recorded'}); it cannot be trained again — make a new build "
             f"with its Makefile target instead")
-    import shutil
-
     out = Path(out or settings().models_dir / name)
     recorded = build_digest(info)
     if not force and (out / "config.json").exists() and (out / "sft.json").exists() \
@@ -735,7 +735,6 @@ def publish_warm_start(model_dir: str | Path, demo_files: Sequence[str | Path] =
     A record of another build already there is first moved to ``build-<sha12>/`` beside it, since runs may
     name it."""
     import gzip
-    import shutil
 
     from .files import atomic_write_bytes
     from .models import build_digest, warm_start_dir, warm_start_identity
