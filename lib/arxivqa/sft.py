@@ -682,7 +682,7 @@ def rebuild_from_record(record: str | Path, out: str | Path | None = None, force
     been trained from; it stays in ``<out>.rebuild`` (``left_in_place`` names the model left as it was)."""
     from .config import settings
     from .files import atomic_write_json
-    from .models import BUILD_KEYS, build_digest, warm_start_dir
+    from .models import BUILD_KEYS, build_digest, warm_start_dir, warm_start_identity
 
     folder = Path(record)
     if not (folder / "sft.json").exists():
@@ -701,8 +701,8 @@ def rebuild_from_record(record: str | Path, out: str | Path | None = None, force
             f"with its Makefile target instead")
     out = Path(out or settings().models_dir / name)
     recorded = build_digest(info)
-    if not force and (out / "config.json").exists() and (out / "sft.json").exists() \
-            and build_digest(json.loads((out / "sft.json").read_text())) == recorded:
+    here = warm_start_identity(out.name, out / "sft.json") if (out / "config.json").exists() else None
+    if not force and here and here["build_sha256"] == recorded:
         return {"record": str(folder), "model": str(out), "reproduced": True, "already": True, "differs": [],
                 "build_sha256": recorded, "recorded_build_sha256": recorded}
     staged = out.with_name(out.name + ".rebuild")
