@@ -23,13 +23,13 @@ def _():
     from arxivqa.records import trajectory_markdown
     from arxivqa.report import limits_markdown
     from arxivqa.train import (TrainConfig, committed_runs, configured, find_run, find_runs, read_run, run_options,
-                               same_run, train_or_load)
+                               same_run, train_or_load, twin_run)
 
     return (DiagnosticsConfig, TrainConfig, atomic_write_json, build_for_scale, committed_runs, config, configured, early_late,
             failure_mode_rates, find_run, find_runs, gold_by_tool, heldout_of_run, limits_markdown, load_run, seed_verdict, mo, pd, read_run, rediagnose, rollout_choices, rollout_detail,
             run_options, same_run, save,
             save_table, settings, signature_window, step_time, tool_calls_per_rollout, train_or_load, training_curves,
-            trajectory_markdown, typing)
+            trajectory_markdown, twin_run, typing)
 
 
 @app.cell
@@ -346,15 +346,17 @@ def _(mo, rollout_detail, rollout_pick, run):
 
 @app.cell
 def _(committed_runs, configured, curricula, curriculum, find_run, index, load_run, mo, pd, plural, read_run, s, save,
-      save_table, train_or_load, trained):
+      save_table, train_or_load, trained, twin_run):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
     _other = next(x for x in curricula if x != curriculum.value)
     _mine, _theirs = (committed_runs(reward="rlvr", curriculum=c) for c in (curriculum.value, _other))
     _cfg2 = configured("rlvr", s, curriculum=_other)
-    if _mine and _theirs and not s.train_now:  # the committed long runs of both schedules
-        _info1, _info2 = _mine[0], _theirs[0]
+    # the committed runs of both schedules, trained alike but for it: the first committed run that has such a twin
+    _pair = next(((_m, twin_run(_theirs, _m)) for _m in _mine if twin_run(_theirs, _m) is not None), None)
+    if _pair and not s.train_now:
+        _info1, _info2 = _pair
     else:
         if s.compare_curriculum:
             with mo.status.spinner(title=f"training the {_other} schedule for comparison (or reading it back)"):

@@ -90,3 +90,31 @@ def test_committed_runs_come_finished_and_longest_first_and_an_unfinished_one_sa
     runs = committed_runs(reward="rlvr", curriculum="uniform")
     assert [r.name for r in runs] == ["long", "short", "partial"]
     assert "60 steps of 100 (unfinished)" in runs[-1].label() and "unfinished" not in runs[0].label()
+
+
+def test_of_runs_as_long_the_warm_started_one_comes_first_and_its_twin_is_the_other_schedule_trained_alike(
+        tmp_path, monkeypatch):
+    from arxivqa.train import committed_runs, twin_run
+
+    monkeypatch.setenv("ARXIVQA_RESULTS_DIR", str(tmp_path / "results"))
+    root = tmp_path / "results" / "runs"
+    base = preset("cpu-warm", reward="rlvr", max_steps=100)
+    warm = base.model_copy(update={"model": "qwen-warm", "temperature": 1.0})
+    build = {"model": "qwen-warm", "build": "4f37"}
+    _fake_run(root / "a-base", base, steps=100)
+    (_fake_run(root / "b-warm", warm, steps=100) / "warm_start.json").write_text(json.dumps(build))
+    _fake_run(root / "c-base-e2h", base.model_copy(update={"curriculum": "easy-to-hard"}), steps=100)
+    (_fake_run(root / "d-warm-e2h-t07", warm.model_copy(update={"curriculum": "easy-to-hard", "temperature": 0.7}),
+               steps=30, finished=False) / "warm_start.json").write_text(json.dumps(build))
+    mine = committed_runs(reward="rlvr", curriculum="uniform")
+    theirs = committed_runs(reward="rlvr", curriculum="easy-to-hard")
+    assert [r.name for r in mine] == ["b-warm", "a-base"]
+    # the warm run's easy-to-hard run differs in temperature: not its twin; the base run's twin is found
+    assert twin_run(theirs, mine[0]) is None and twin_run(theirs, mine[1]).name == "c-base-e2h"
+    (_fake_run(root / "e-warm-e2h", warm.model_copy(update={"curriculum": "easy-to-hard"}), steps=40, finished=False)
+     / "warm_start.json").write_text(json.dumps(build))
+    theirs = committed_runs(reward="rlvr", curriculum="easy-to-hard")
+    assert twin_run(theirs, mine[0]).name == "e-warm-e2h"
+    # another warm-start build of the same model name is not the same training
+    (root / "e-warm-e2h" / "warm_start.json").write_text(json.dumps({**build, "build": "0000"}))
+    assert twin_run(committed_runs(reward="rlvr", curriculum="easy-to-hard"), mine[0]) is None

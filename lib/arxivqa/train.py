@@ -836,9 +836,19 @@ def find_runs(roots: Sequence[str | Path] | None = None, finished: bool | None =
 
 def committed_runs(**what: Any) -> list[RunInfo]:
     """Runs kept with the repository (``<results>/runs``) whose config has the given field values, finished
-    ones first, longest first (the runs a notebook shows by default; an unfinished one says so in its label)."""
+    ones first, longest first, and of runs as long, one trained from a warm start (``warm_start.json``) first
+    (the runs a notebook shows by default; an unfinished one says so in its label)."""
     runs = find_runs([settings().results_dir / "runs"], **what)
-    return sorted(runs, key=lambda r: (-r.finished, -r.steps_done))
+    return sorted(runs, key=lambda r: (-r.finished, -r.steps_done, r.warm_start is None))
+
+
+def twin_run(runs: Sequence[RunInfo], of: RunInfo) -> RunInfo | None:
+    """The first run of ``runs`` configured like ``of`` but for its curriculum (every identity field, and the
+    same warm-start build), else None: what a comparison of two schedules sets side by side."""
+    def rest(r: RunInfo) -> dict:
+        return {k: v for k, v in run_identity(r.config).items() if k != "curriculum"}
+
+    return next((r for r in runs if r.path != of.path and r.warm_start == of.warm_start and rest(r) == rest(of)), None)
 
 
 def find_run(cfg: TrainConfig, roots: Sequence[str | Path] | None = None, finished: bool | None = True) -> RunInfo | None:
