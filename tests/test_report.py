@@ -114,3 +114,19 @@ def test_the_report_says_what_each_stage_cannot_show_from_its_own_outputs(tmp_pa
     assert "orders 85% of them, over the 80% bar" in " ".join(report.limits("07", results))
     text = report.write_report(results, [tmp_path / f"{p}_x.py" for p in ("03", "04")]).read_text()
     assert "What this shows, and what it cannot at this scale" in text and "never moved" in text
+
+
+def test_a_stage_without_its_own_record_is_described_by_the_settings_the_demo_ran_with(tmp_path, monkeypatch):
+    results, nbs = tmp_path / "results", tmp_path / "notebooks"
+    results.mkdir()
+    nbs.mkdir()
+    monkeypatch.setenv("ARXIVQA_RESULTS_DIR", str(results))
+    monkeypatch.setenv("ARXIVQA_DEMO_EPISODES", "7")  # today's environment, not the demo's
+    (results / "demo_timing.json").write_text(json.dumps({
+        "stages": [{"notebook": "03_agent.py", "started": "2026-12-06T19:00:00+00:00", "seconds": 60.0, "ok": True,
+                    "returncode": 0}],
+        "total_seconds": 60.0, "settings": {"ARXIVQA_DEMO_EPISODES": "1"}}))
+    text = report.write_report(results, [_notebook(nbs, "03_agent.py", 3)]).read_text()
+    assert "· 1 dev episodes ·" in text and "7 dev episodes" not in text
+    (results / "demo_timing.json").write_text(json.dumps({"stages": [], "settings": {}}))
+    assert "· 7 dev episodes ·" in report.write_report(results, [nbs / "03_agent.py"]).read_text()

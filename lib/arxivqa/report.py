@@ -102,8 +102,10 @@ def settings() -> dict[str, str]:
             for k in REPORTED if k in s.model_fields_set and (v := getattr(s, k)) is not None}
 
 
-def _model_scale_seed(prefix: str, results: Path) -> str:
-    """What a stage ran: from its ``NN_run.json`` when it wrote one, else from the settings."""
+def _model_scale_seed(prefix: str, results: Path, recorded: dict[str, str] | None = None) -> str:
+    """What a stage ran: from its ``NN_run.json`` when it wrote one, else from the settings, those the demo
+    recorded (``recorded``, by environment variable) over today's: the report can be written again later,
+    from another environment, and still say what the stage ran with."""
     run = results / f"{prefix}_run.json"
     if run.exists():
         d = json.loads(run.read_text())
@@ -115,17 +117,16 @@ def _model_scale_seed(prefix: str, results: Path) -> str:
             return "; ".join(f"{k}: {v}" for k, v in d["policies"].items())
         if "policies" in d:
             return ", ".join(d["policies"])
-    s = config.settings()
+    s = config.Settings.from_env({**os.environ, **(recorded or {})})
     from .llm import get_endpoint
-    from .models import model_setting
 
     if prefix == "01":
-        return f"static MiniLM-distilled embeddings, BM25 · {config.scale()} index · deterministic"
+        return f"static MiniLM-distilled embeddings, BM25 · {s.scale} index · deterministic"
     if prefix == "02":
-        return (f"{get_endpoint().model} labeller · {s.label_queries} queries, triage "
+        return (f"{get_endpoint(s.llm).model} labeller · {s.label_queries} queries, triage "
                 f"{s.triage_queries} · greedy")
     if prefix == "03":
-        return f"{model_setting()} agent · {s.demo_episodes} dev episodes · greedy"
+        return f"{s.model} agent · {s.demo_episodes} dev episodes · greedy"
     return "-"
 
 
@@ -257,7 +258,7 @@ def write_report(results: Path | None = None, nbs: list[Path] | None = None) -> 
         status = "not run" if s is None else ("ok" if s["ok"] else f"failed (exit {s['returncode']})")
         wall = "-" if s is None else f"{s['seconds'] / 60:.1f} min"
         link = f"[{nb.stem}.ipynb](notebooks/{nb.stem}.ipynb)" if (results / "notebooks" / f"{nb.stem}.ipynb").exists() else "-"
-        lines.append(f"| {nb.stem} | {status} | {wall} | {_model_scale_seed(nb.stem[:2], results).replace('|', '/')} | {link} |")
+        lines.append(f"| {nb.stem} | {status} | {wall} | {_model_scale_seed(nb.stem[:2], results, timing.get('settings')).replace('|', '/')} | {link} |")
     for nb in nbs:
         prefix = nb.stem[:2]
         lines += ["", f"## {nb.stem}", ""]
