@@ -100,7 +100,7 @@ def test_of_runs_as_long_the_warm_started_one_comes_first_and_its_twin_is_the_ot
     root = tmp_path / "results" / "runs"
     base = preset("cpu-warm", reward="rlvr", max_steps=100)
     warm = base.model_copy(update={"model": "qwen-warm", "temperature": 1.0})
-    build = {"model": "qwen-warm", "build": "4f37"}
+    build = {"model": "qwen-warm", "sft_sha256": "aaaa", "build_sha256": "4f37"}
     _fake_run(root / "a-base", base, steps=100)
     (_fake_run(root / "b-warm", warm, steps=100) / "warm_start.json").write_text(json.dumps(build))
     _fake_run(root / "c-base-e2h", base.model_copy(update={"curriculum": "easy-to-hard"}), steps=100)
@@ -115,6 +115,10 @@ def test_of_runs_as_long_the_warm_started_one_comes_first_and_its_twin_is_the_ot
      / "warm_start.json").write_text(json.dumps(build))
     theirs = committed_runs(reward="rlvr", curriculum="easy-to-hard")
     assert twin_run(theirs, mine[0]).name == "e-warm-e2h"
+    # the same build made again (its record rewritten, the same build digest) is the same training
+    (root / "e-warm-e2h" / "warm_start.json").write_text(json.dumps({**build, "sft_sha256": "bbbb"}))
+    assert twin_run(committed_runs(reward="rlvr", curriculum="easy-to-hard"), mine[0]).name == "e-warm-e2h"
     # another warm-start build of the same model name is not the same training
-    (root / "e-warm-e2h" / "warm_start.json").write_text(json.dumps({**build, "build": "0000"}))
+    (root / "e-warm-e2h" / "warm_start.json").write_text(json.dumps({**build, "sft_sha256": "bbbb",
+                                                                     "build_sha256": "0000"}))
     assert twin_run(committed_runs(reward="rlvr", curriculum="easy-to-hard"), mine[0]) is None

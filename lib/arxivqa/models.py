@@ -293,6 +293,15 @@ def recorded_build(recorded: dict) -> str | None:
     return None
 
 
+def same_warm_start(a: dict | None, b: dict | None) -> bool:
+    """Whether two runs' ``warm_start.json`` name the same build (the same record, or the same build digest:
+    a build made again from its committed demonstrations); two runs without a warm start count as the same."""
+    if not a or not b:
+        return not a and not b
+    return a.get("sft_sha256") == b.get("sft_sha256") or (
+        (digest := recorded_build(a)) is not None and digest == recorded_build(b))
+
+
 def check_warm_start(recorded: dict | None, name: str | None, what: str) -> None:
     """Raises ValueError when ``recorded`` (a run's ``warm_start.json``) is not the build of ``name`` on this
     machine: neither the same record nor the same ``build_digest``; ``what`` says what was being done with

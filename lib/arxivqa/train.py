@@ -845,10 +845,13 @@ def committed_runs(**what: Any) -> list[RunInfo]:
 def twin_run(runs: Sequence[RunInfo], of: RunInfo) -> RunInfo | None:
     """The first run of ``runs`` configured like ``of`` but for its curriculum (every identity field, and the
     same warm-start build), else None: what a comparison of two schedules sets side by side."""
+    from .models import same_warm_start
+
     def rest(r: RunInfo) -> dict:
         return {k: v for k, v in run_identity(r.config).items() if k != "curriculum"}
 
-    return next((r for r in runs if r.path != of.path and r.warm_start == of.warm_start and rest(r) == rest(of)), None)
+    return next((r for r in runs if r.path != of.path and same_warm_start(r.warm_start, of.warm_start)
+                 and rest(r) == rest(of)), None)
 
 
 def find_run(cfg: TrainConfig, roots: Sequence[str | Path] | None = None, finished: bool | None = True) -> RunInfo | None:
