@@ -131,6 +131,12 @@ _LOCK = threading.Lock()
 _CACHE: tuple[tuple, Settings] | None = None
 
 
+def settings_with(recorded: dict[str, str] | None) -> Settings:
+    """The settings the environment gives with ``recorded`` (values by environment variable, e.g. those a demo
+    ran with) over it."""
+    return Settings.from_env({**os.environ, **(recorded or {})})
+
+
 def settings() -> Settings:
     """The current settings: the environment is read once and again only when an ``ARXIVQA_*`` variable changed."""
     global _CACHE

@@ -117,7 +117,7 @@ def _model_scale_seed(prefix: str, results: Path, recorded: dict[str, str] | Non
             return "; ".join(f"{k}: {v}" for k, v in d["policies"].items())
         if "policies" in d:
             return ", ".join(d["policies"])
-    s = config.Settings.from_env({**os.environ, **(recorded or {})})
+    s = config.settings_with(recorded)
     from .llm import get_endpoint
 
     if prefix == "01":
