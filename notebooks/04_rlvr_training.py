@@ -354,7 +354,7 @@ def _(committed_runs, configured, curricula, curriculum, find_run, index, load_r
     _mine, _theirs = (committed_runs(reward="rlvr", curriculum=c) for c in (curriculum.value, _other))
     _cfg2 = configured("rlvr", s, curriculum=_other)
     # the committed runs of both schedules, trained alike but for the schedule: the first committed run with such a twin
-    _pair = next(((_m, twin_run(_theirs, _m)) for _m in _mine if twin_run(_theirs, _m) is not None), None)
+    _pair = next(((_m, _t) for _m in _mine for _t in [twin_run(_theirs, _m)] if _t is not None), None)
     if _pair and not s.train_now:
         _info1, _info2 = _pair
     else:

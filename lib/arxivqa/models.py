@@ -314,7 +314,7 @@ def check_warm_start(recorded: dict | None, name: str | None, what: str) -> None
                          f"{recorded['sft_sha256'][:12]} (first loss {recorded.get('first_loss')}), which is not "
                          f"built on this machine; its weights are not committed (python -m arxivqa.sft rebuild "
                          f"makes it again where its demonstrations are committed)")
-    if here["sft_sha256"] == recorded["sft_sha256"] or here["build_sha256"] == recorded_build(recorded):
+    if same_warm_start(here, recorded):
         return
     raise ValueError(
         f"cannot {what}: it was trained from the warm start {name!r} build {recorded['sft_sha256'][:12]} "
