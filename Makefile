@@ -183,10 +183,13 @@ LONG_RUNS := rlvr-cpu-warm-uniform-$(LONG_STEPS)steps-seed0 rlvr-cpu-warm-easy-t
 REVIVE = kept=results/runs/$$(basename $$run); \
 	  if [ ! -f $$run/config.json ] && ls -d $$kept/checkpoint-* >/dev/null 2>&1; then \
 	    $(PY) -m arxivqa.train revive $$kept --out $$run || exit 1; fi
-# $(call LONG_RLVR,<run name prefix>,<more --set flags>[,<preset>]): both curricula, each resumed (or revived) and
-# exported; the preset defaults to cpu-warm
+# $(call LONG_RLVR,<run name prefix>,<more --set flags>[,<preset>]): each curriculum of CURRICULA (default both),
+# resumed (or revived) and exported; the preset defaults to cpu-warm. A finished run kept with its final adapter
+# only (no checkpoint-N) is not revived but trained again from step 0: CURRICULA=easy-to-hard goes on with the
+# twin alone (e.g. make train-long-mix CURRICULA=easy-to-hard once the uniform run is finished).
+CURRICULA ?= uniform easy-to-hard
 LONG_RLVR = $(PY) -m arxivqa.index build --embedder minilm-128 && \
-	for c in uniform easy-to-hard; do \
+	for c in $(CURRICULA); do \
 	  run=data/runs/$(1)-$$c-$(LONG_STEPS)steps-seed0; \
 	  $(REVIVE); \
 	  resume=$$([ -f $$run/config.json ] && echo --resume); \

@@ -127,6 +127,6 @@ def test_a_stage_without_its_own_record_is_described_by_the_settings_the_demo_ra
                     "returncode": 0}],
         "total_seconds": 60.0, "settings": {"ARXIVQA_DEMO_EPISODES": "1"}}))
     text = report.write_report(results, [_notebook(nbs, "03_agent.py", 3)]).read_text()
-    assert "· 1 dev episodes ·" in text and "7 dev episodes" not in text
+    assert "· 1 dev episode ·" in text and "7 dev episodes" not in text
     (results / "demo_timing.json").write_text(json.dumps({"stages": [], "settings": {}}))
     assert "· 7 dev episodes ·" in report.write_report(results, [nbs / "03_agent.py"]).read_text()

@@ -123,11 +123,16 @@ def _model_scale_seed(prefix: str, results: Path, recorded: dict[str, str] | Non
     if prefix == "01":
         return f"static MiniLM-distilled embeddings, BM25 · {s.scale} index · deterministic"
     if prefix == "02":
-        return (f"{get_endpoint(s.llm).model} labeller · {s.label_queries} queries, triage "
+        return (f"{get_endpoint(s.llm).model} labeller · {counted(s.label_queries, 'query', 'queries')}, triage "
                 f"{s.triage_queries} · greedy")
     if prefix == "03":
-        return f"{s.model} agent · {s.demo_episodes} dev episodes · greedy"
+        return f"{s.model} agent · {counted(s.demo_episodes, 'dev episode')} · greedy"
     return "-"
+
+
+def counted(n, one: str, many: str | None = None) -> str:
+    """``n`` and the noun, singular for exactly one: "1 query", "3 queries"."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 SEED_PLATEAU_STEPS, SEED_COLLAPSE_STEPS = 100, 200  # where the seed reports RLVR's reward plateau and entropy collapse
@@ -201,7 +206,7 @@ def limits(prefix: str, results: Path) -> list[str]:
         sizes = [(int(tag.group(1)), None)]
     for n, width in sizes:
         if n < MIN_QUERIES_FOR_INTERVAL:
-            out.append(f"Evaluated on {n} queries: too few for an interval — an anecdote, not a measurement.")
+            out.append(f"Evaluated on {counted(n, 'query', 'queries')}: too few for an interval — an anecdote, not a measurement.")
         else:
             out.append(f"Evaluated on {n} queries" + (f"; the widest recall@10 interval is {width:.2f} wide: differences "
                                                      "smaller than that are not shown." if width is not None else "."))
@@ -223,7 +228,7 @@ def limits(prefix: str, results: Path) -> list[str]:
     if prefix == "02" and (results / "02_labelling.json").exists():
         lab = json.loads((results / "02_labelling.json").read_text())
         llm = lab.get("llm") or {}
-        out.append(f"The labeller ran on {lab.get('queries')} queries with {lab.get('model')}; {llm.get('parse_errors', 0)} "
+        out.append(f"The labeller ran on {counted(lab.get('queries'), 'query', 'queries')} with {lab.get('model')}; {llm.get('parse_errors', 0)} "
                    f"of {llm.get('requests', 0)} requests gave no readable answer.")
     return out
 
