@@ -345,8 +345,8 @@ def _(mo, rollout_detail, rollout_pick, run):
 
 
 @app.cell
-def _(committed_runs, configured, curricula, curriculum, find_run, index, load_run, mo, pd, plural, read_run, s, save,
-      save_table, train_or_load, trained, twin_run):
+def _(committed_runs, configured, curricula, curriculum, find_run, heldout_of_run, index, load_run, mo, pd, plural,
+      read_run, s, save, save_table, train_or_load, trained, twin_run):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -355,7 +355,9 @@ def _(committed_runs, configured, curricula, curriculum, find_run, index, load_r
     _cfg2 = configured("rlvr", s, curriculum=_other)
     # the committed runs of both schedules, trained alike but for the schedule: the first committed run with such a twin
     _pair = next(((_m, _t) for _m in _mine for _t in [twin_run(_theirs, _m)] if _t is not None), None)
-    if _pair and not s.train_now:
+    # a committed pair is what a reader came for, also when a short run was trained now (make demo); only an asked-for
+    # comparison (ARXIVQA_COMPARE_CURRICULUM=1 with ARXIVQA_TRAIN_NOW=1) sets the run trained now beside its new twin
+    if _pair and not (s.train_now and s.compare_curriculum):
         _info1, _info2 = _pair
     else:
         if s.compare_curriculum:
@@ -386,12 +388,26 @@ def _(committed_runs, configured, curricula, curriculum, find_run, index, load_r
                 ylabel="search recall")
         _ax.title.set_fontsize(9)
         save(_fig, "04_curriculum.png")
+        # held out: each run's latest evaluation in its own view (python -m arxivqa.evaluate --policy run:<run>)
+        _held = []
+        for _sched, _inf in ((curriculum.value, _info1), (_other, _info2)):
+            _ev = next((e for e in heldout_of_run(_inf.name) if e["includes_run"] and not e["result_cap_override"]), None)
+            if _ev is not None:
+                _row = _ev["table"][_ev["table"]["method"].str.startswith("run:")].head(1)
+                _held.append(_row.assign(schedule=_sched, steps=_ev["steps"], evaluation=_ev["file"]))
+        _held = pd.concat(_held, ignore_index=True) if _held else pd.DataFrame()
+        if len(_held):
+            _held = _held[[c for c in ["schedule", "steps", "evaluation", "n", "recall@10", "recall@10 95% CI",
+                                       "finished", "tool_calls", "distinct_tools"] if c in _held]]
+            save_table(_held, "04_curriculum_heldout")
         _out = mo.vstack([mo.md(f"## Curriculum: `{curriculum.value}` vs. `{_other}`\n"
                                 f"Runs `{_info1.name}` and `{_info2.name}`; the table is the mean over the "
                                 f"{plural(_common, 'step')} both have run, the figure every step each has. The "
                                 "easy-to-hard run meets its easy queries first and its hard ones last, so the two "
                                 "are not compared query for query."),
-                          mo.ui.table(_cmp, selection=None), _fig])
+                          mo.ui.table(_cmp, selection=None), _fig]
+                         + ([mo.md("Held out (greedy, each run's latest evaluation in its own view; the runs may be "
+                                   "at different steps):"), mo.ui.table(_held, selection=None)] if len(_held) else []))
     else:
         _t = _run1["timing"]
         _took = f" (the `{curriculum.value}` run's steps took {_t['total'].sum() / 60:.1f} min)" if len(_t) else ""
