@@ -61,12 +61,10 @@ def _(mo):
 
 @app.cell
 def _(build_for_scale, settings):
+    from arxivqa.report import counted as plural  # "1 step", "3 steps"
+
     s = settings()
     index, _ = build_for_scale()
-
-    def plural(n, word):
-        return f"{n} {word}{'' if n == 1 else 's'}"
-
     return index, plural, s
 
 
