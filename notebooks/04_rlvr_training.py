@@ -18,14 +18,14 @@ def _():
                                      rollout_detail, seed_verdict, signature_window)
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
-    from arxivqa.plots import (failure_mode_rates, save, save_table, step_time, tool_calls_per_rollout,
+    from arxivqa.plots import (drop_table, failure_mode_rates, save, save_table, step_time, tool_calls_per_rollout,
                                training_curves)
     from arxivqa.records import trajectory_markdown
     from arxivqa.report import limits_markdown
     from arxivqa.train import (TrainConfig, committed_runs, configured, find_run, find_runs, read_run, run_options,
                                same_run, train_or_load, twin_run)
 
-    return (DiagnosticsConfig, TrainConfig, atomic_write_json, build_for_scale, committed_runs, config, configured, early_late,
+    return (DiagnosticsConfig, TrainConfig, atomic_write_json, build_for_scale, committed_runs, config, configured, drop_table, early_late,
             failure_mode_rates, find_run, find_runs, gold_by_tool, heldout_of_run, limits_markdown, load_run, seed_verdict, mo, pd, read_run, rediagnose, rollout_choices, rollout_detail,
             run_options, same_run, save,
             save_table, settings, signature_window, step_time, tool_calls_per_rollout, train_or_load, training_curves,
@@ -241,7 +241,7 @@ def _(gold_by_tool, mo, run, save_table):
 
 
 @app.cell
-def _(heldout_of_run, info, mo, pd, plural, save_table):
+def _(drop_table, heldout_of_run, info, mo, pd, plural, save_table):
     # held out: the run's adapter next to its base model on dev queries (`python -m arxivqa.evaluate`, committed)
     _found = heldout_of_run(info.name)
     if _found and _found[0]["includes_run"]:
@@ -275,6 +275,7 @@ def _(heldout_of_run, info, mo, pd, plural, save_table):
     own view, or another one given by `--result-cap`).
     """), mo.ui.table(heldout, selection=None)])
     else:
+        drop_table("04_heldout")  # an earlier run's table would otherwise stand beside this run's results
         _out = mo.md(f"_No held-out evaluation of `{info.name}` under `results/eval/` yet: `python -m arxivqa.evaluate "
                      f"--policy local:<base model> --policy run:<run folder> --view <run folder>`._")
     _out
@@ -343,8 +344,8 @@ def _(mo, rollout_detail, rollout_pick, run):
 
 
 @app.cell
-def _(committed_runs, configured, curricula, curriculum, find_run, heldout_of_run, index, load_run, mo, pd, plural,
-      read_run, s, save, save_table, train_or_load, trained, twin_run):
+def _(committed_runs, configured, curricula, curriculum, drop_table, find_run, heldout_of_run, index, load_run, mo, pd,
+      plural, read_run, s, save, save_table, train_or_load, trained, twin_run):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -398,6 +399,8 @@ def _(committed_runs, configured, curricula, curriculum, find_run, heldout_of_ru
             _held = _held[[c for c in ["schedule", "steps", "evaluation", "n", "recall@10", "recall@10 95% CI",
                                        "finished", "tool_calls", "distinct_tools"] if c in _held]]
             save_table(_held, "04_curriculum_heldout")
+        else:
+            drop_table("04_curriculum_heldout")
         _out = mo.vstack([mo.md(f"## Curriculum: `{curriculum.value}` vs. `{_other}`\n"
                                 f"Runs `{_info1.name}` and `{_info2.name}`; the table is the mean over the "
                                 f"{plural(_common, 'step')} both have run, the figure every step each has. The "
@@ -407,6 +410,8 @@ def _(committed_runs, configured, curricula, curriculum, find_run, heldout_of_ru
                          + ([mo.md("Held out (greedy, each run's latest evaluation in its own view; the runs may be "
                                    "at different steps):"), mo.ui.table(_held, selection=None)] if len(_held) else []))
     else:
+        for _stem in ("04_curriculum", "04_curriculum_heldout"):  # no pair this time: no earlier pair's tables
+            drop_table(_stem)
         _t = _run1["timing"]
         _took = f" (the `{curriculum.value}` run's steps took {_t['total'].sum() / 60:.1f} min)" if len(_t) else ""
         _out = mo.md(f"_Curriculum comparison: set `ARXIVQA_COMPARE_CURRICULUM=1` to also train the `{_other}` "

@@ -130,3 +130,14 @@ def test_a_stage_without_its_own_record_is_described_by_the_settings_the_demo_ra
     assert "· 1 dev episode ·" in text and "7 dev episodes" not in text
     (results / "demo_timing.json").write_text(json.dumps({"stages": [], "settings": {}}))
     assert "· 7 dev episodes ·" in report.write_report(results, [nbs / "03_agent.py"]).read_text()
+
+
+def test_drop_table_removes_an_earlier_runs_table_and_only_it(tmp_path):
+    import pandas as pd
+    from arxivqa.plots import drop_table, save_table
+
+    save_table(pd.DataFrame({"a": [1]}), "04_heldout", out_dir=tmp_path)
+    save_table(pd.DataFrame({"a": [2]}), "04_gates", out_dir=tmp_path)
+    assert drop_table("04_heldout", out_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["04_gates.csv", "04_gates.md"]
+    assert not drop_table("04_heldout", out_dir=tmp_path)  # nothing left to remove

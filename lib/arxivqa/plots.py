@@ -32,6 +32,16 @@ def save_table(df: pd.DataFrame, stem: str, out_dir: Path | None = None, floatfm
     return csv, md
 
 
+def drop_table(stem: str, out_dir: Path | None = None) -> bool:
+    """Remove ``<stem>.csv`` and ``<stem>.md`` written by an earlier run: a notebook calls it where this run has
+    no such table, so that a stale one does not stand beside this run's results. True if one was removed."""
+    out = Path(out_dir) if out_dir else config.results_dir()
+    found = [p for p in (out / f"{stem}.csv", out / f"{stem}.md") if p.exists()]
+    for p in found:
+        p.unlink()
+    return bool(found)
+
+
 def policy_caption(policies: Mapping[str, tuple[str, int | str, int | str]], scale: str) -> str:
     """The "model · scale · steps · seed" line of a figure that shows several policies. ``policies`` maps a
     policy's name to (model, training steps, seed) — steps 0 and seed "-" for an untrained model. A value
