@@ -15,7 +15,7 @@ def _():
     from arxivqa.config import settings
     from arxivqa.evaluate import heldout_of_run
     from arxivqa.diagnostics import (DiagnosticsConfig, early_late, gold_by_tool, load_run, rediagnose, rollout_choices,
-                                     rollout_detail, seed_verdict, signature_window)
+                                     rollout_detail, seed_verdict, signature_window, verdict_window)
     from arxivqa.files import atomic_write_json
     from arxivqa.index import build_for_scale
     from arxivqa.plots import (drop_table, failure_mode_rates, save, save_table, step_time, tool_calls_per_rollout,
@@ -29,7 +29,7 @@ def _():
             failure_mode_rates, find_run, find_runs, gold_by_tool, heldout_of_run, limits_markdown, load_run, seed_verdict, mo, pd, read_run, rediagnose, rollout_choices, rollout_detail,
             run_options, same_run, save,
             save_table, settings, signature_window, step_time, tool_calls_per_rollout, train_or_load, training_curves,
-            trajectory_markdown, twin_run, typing)
+            trajectory_markdown, twin_run, typing, verdict_window)
 
 
 @app.cell
@@ -211,8 +211,8 @@ def _(diag, failure_mode_rates, mo, n_steps, plural, rollouts_per_step, run_titl
 
 
 @app.cell
-def _(diag, mo, n_steps, plural, save_table, seed_verdict):
-    _window = max(2, min(20, n_steps // 4))
+def _(diag, mo, n_steps, plural, save_table, seed_verdict, verdict_window):
+    _window = verdict_window(n_steps)
     verdict = seed_verdict(diag["summary"], diag["log"], _window)
     save_table(verdict, "04_seed_verdict")
     if verdict.empty:
@@ -345,7 +345,7 @@ def _(mo, rollout_detail, rollout_pick, run):
 
 @app.cell
 def _(committed_runs, configured, curricula, curriculum, drop_table, find_run, heldout_of_run, index, load_run, mo, pd,
-      plural, read_run, s, save, save_table, train_or_load, trained, twin_run):
+      plural, read_run, s, save, save_table, seed_verdict, train_or_load, trained, twin_run, verdict_window):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -401,6 +401,19 @@ def _(committed_runs, configured, curricula, curriculum, drop_table, find_run, h
             save_table(_held, "04_curriculum_heldout")
         else:
             drop_table("04_curriculum_heldout")
+        # the seed's RLVR changes judged for both runs alike: each run's first and last steps (verdict_window)
+        _verdicts = []
+        for _sched, _r in ((curriculum.value, _run1), (_other, _run2)):
+            _n = int(_r["summary"]["step"].nunique())
+            _v = seed_verdict(_r["summary"], _r["log"], verdict_window(_n))
+            if len(_v):
+                _verdicts.append(_v.set_index(["measure", "seed"])["this run"].rename(
+                    f"{_sched}: first vs last {plural(verdict_window(_n), 'step')} of {_n}"))
+        _verdicts = pd.concat(_verdicts, axis=1).reset_index() if _verdicts else pd.DataFrame()
+        if len(_verdicts):
+            save_table(_verdicts, "04_curriculum_verdict")
+        else:
+            drop_table("04_curriculum_verdict")
         _out = mo.vstack([mo.md(f"## Curriculum: `{curriculum.value}` vs. `{_other}`\n"
                                 f"Runs `{_info1.name}` and `{_info2.name}`; the table is the mean over the "
                                 f"{plural(_common, 'step')} both have run, the figure every step each has. The "
@@ -408,9 +421,12 @@ def _(committed_runs, configured, curricula, curriculum, drop_table, find_run, h
                                 "are not compared query for query."),
                           mo.ui.table(_cmp, selection=None), _fig]
                          + ([mo.md("Held out (greedy, each run's latest evaluation in its own view; the runs may be "
-                                   "at different steps):"), mo.ui.table(_held, selection=None)] if len(_held) else []))
+                                   "at different steps):"), mo.ui.table(_held, selection=None)] if len(_held) else [])
+                         + ([mo.md("The seed's RLVR changes, judged for each run of the pair as above for one run "
+                                   "(as the seed / the opposite / no clear change):"),
+                             mo.ui.table(_verdicts, selection=None)] if len(_verdicts) else []))
     else:
-        for _stem in ("04_curriculum", "04_curriculum_heldout"):  # no pair this time: no earlier pair's tables
+        for _stem in ("04_curriculum", "04_curriculum_heldout", "04_curriculum_verdict"):  # no pair this time: no earlier pair's tables
             drop_table(_stem)
         _t = _run1["timing"]
         _took = f" (the `{curriculum.value}` run's steps took {_t['total'].sum() / 60:.1f} min)" if len(_t) else ""

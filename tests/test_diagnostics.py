@@ -236,3 +236,10 @@ def test_seed_verdict_says_as_the_seed_only_when_the_change_is_beyond_noise():
     assert v["reward (TRL)"] == "as the seed"  # rose well beyond its noise
     assert v["entropy"] == "the opposite"  # the seed's entropy falls; this one rose
     assert v["tool calls per rollout"] == "no clear change"  # noise only
+
+
+def test_verdict_window_is_a_quarter_of_the_run_within_2_and_20_steps():
+    from arxivqa.diagnostics import verdict_window
+
+    assert [verdict_window(n) for n in (1, 8, 12, 40, 100, 400)] == [2, 2, 3, 10, 20, 20]
+    assert all(2 * verdict_window(n) <= n for n in range(4, 500))  # first and last never overlap from 4 steps on

@@ -386,6 +386,12 @@ SEED_SIGNATURE = [("reward (TRL)", "log", "reward", +1), ("entropy", "log", "ent
                   *[(f"failure: {n}", "summary", f"fm_{n}_rate", +1) for n in FAILURE_MODES]]
 
 
+def verdict_window(n_steps: int) -> int:
+    """How many first and last steps ``seed_verdict`` compares in a run of ``n_steps``: a quarter of the run,
+    between 2 and 20 steps (notebook 04 judges every run it shows with it, so runs are judged alike)."""
+    return max(2, min(20, n_steps // 4))
+
+
 def seed_verdict(summary: pd.DataFrame, log: pd.DataFrame, window: int) -> pd.DataFrame:
     """Each change the seed reports for RLVR (reward up, entropy down, fewer and less diverse tool calls,
     converging on 1 keyword + 1 semantic, more failure modes), measured between the first and the last
