@@ -422,8 +422,8 @@ def _(committed_runs, configured, curricula, curriculum, drop_table, find_run, h
                           mo.ui.table(_cmp, selection=None), _fig]
                          + ([mo.md("Held out (greedy, each run's latest evaluation in its own view; the runs may be "
                                    "at different steps):"), mo.ui.table(_held, selection=None)] if len(_held) else [])
-                         + ([mo.md("The seed's RLVR changes, judged for each run of the pair as above for one run "
-                                   "(as the seed / the opposite / no clear change):"),
+                         + ([mo.md("The seed's RLVR changes, judged for each run of the pair as the section above judges the "
+                                   "run shown (as the seed / the opposite / no clear change):"),
                              mo.ui.table(_verdicts, selection=None)] if len(_verdicts) else []))
     else:
         for _stem in ("04_curriculum", "04_curriculum_heldout", "04_curriculum_verdict"):  # no pair this time: no earlier pair's tables
