@@ -405,10 +405,11 @@ def _(committed_runs, configured, curricula, curriculum, drop_table, find_run, h
         _verdicts = []
         for _sched, _r in ((curriculum.value, _run1), (_other, _run2)):
             _n = int(_r["summary"]["step"].nunique())
-            _v = seed_verdict(_r["summary"], _r["log"], verdict_window(_n))
+            _w = verdict_window(_n)
+            _v = seed_verdict(_r["summary"], _r["log"], _w)
             if len(_v):
                 _verdicts.append(_v.set_index(["measure", "seed"])["this run"].rename(
-                    f"{_sched}: first vs last {plural(verdict_window(_n), 'step')} of {_n}"))
+                    f"{_sched}: first vs last {plural(_w, 'step')} of {_n}"))
         _verdicts = pd.concat(_verdicts, axis=1).reset_index() if _verdicts else pd.DataFrame()
         if len(_verdicts):
             save_table(_verdicts, "04_curriculum_verdict")
