@@ -251,12 +251,12 @@ def _(drop_table, heldout_of_run, info, mo, pd, plural, save_table):
         _rows = []
         for _i, _e in enumerate(_found):
             _t = _e["table"] if _i == 0 else _e["table"][~_e["table"]["method"].str.startswith("one-shot")]
-            _rows.append(_t.assign(evaluation=_e["file"],
+            _rows.append(_t.assign(evaluation=_e["file"], index=_e["bench"].get("scale"),
                                    steps=[_e["steps"] if str(m).startswith("run:") else None for m in _t["method"]],
                                    hits=(f"{_e['result_cap_override']} (not the run's)" if _e["result_cap_override"]
                                          else "the run's")))
         _all = pd.concat(_rows, ignore_index=True)
-        _cols = [c for c in ["method", "steps", "evaluation", "hits", "n", "recall@10", "recall@10 95% CI", "search_recall",
+        _cols = [c for c in ["method", "steps", "evaluation", "index", "hits", "n", "recall@10", "recall@10 95% CI", "search_recall",
                              "finished", "unreadable_share", "tool_calls", "distinct_tools", "turns", "tokens"] if c in _all]
         heldout = _all[_cols]
         save_table(heldout, "04_heldout")
@@ -393,10 +393,11 @@ def _(committed_runs, configured, curricula, curriculum, drop_table, find_run, h
             _ev = next((e for e in heldout_of_run(_inf.name) if e["includes_run"] and not e["result_cap_override"]), None)
             if _ev is not None:
                 _row = _ev["table"][_ev["table"]["method"].str.startswith("run:")].head(1)
-                _held.append(_row.assign(schedule=_sched, steps=_ev["steps"], evaluation=_ev["file"]))
+                _held.append(_row.assign(schedule=_sched, steps=_ev["steps"], evaluation=_ev["file"],
+                                         index=_ev["bench"].get("scale")))
         _held = pd.concat(_held, ignore_index=True) if _held else pd.DataFrame()
         if len(_held):
-            _held = _held[[c for c in ["schedule", "steps", "evaluation", "n", "recall@10", "recall@10 95% CI",
+            _held = _held[[c for c in ["schedule", "steps", "evaluation", "index", "n", "recall@10", "recall@10 95% CI",
                                        "finished", "tool_calls", "distinct_tools"] if c in _held]]
             save_table(_held, "04_curriculum_heldout")
         else:

@@ -164,6 +164,11 @@ def test_a_runs_evaluations_come_latest_steps_first_whatever_the_file_times(tmp_
     assert found[-1]["file"] == "warm.json" and not found[-1]["includes_run"] and found[-1]["steps"] is None
     assert all(f["includes_run"] for f in found[:-1]) and found[0]["file"] == "at100.json"
     assert heldout_of_run("another", tmp_path) == []
+    # the same steps evaluated on the full index (a newer or older file alike): before the demo index's
+    bench = {"policies": ["run:results/runs/r"], "run_steps": {"run:results/runs/r": 100}, "scale": "full"}
+    (tmp_path / "at100-full.json").write_text(json.dumps({"bench": bench, "table": [{"method": "run:r"}]}))
+    os.utime(tmp_path / "at100-full.json", (0.5e9, 0.5e9))
+    assert [f["file"] for f in heldout_of_run("r", tmp_path)][:3] == ["at100-full.json", "at100.json", "at70.json"]
 
 
 def test_a_policy_is_evaluated_through_a_presets_view(tiny_qwen, built_index, papers, tmp_path):

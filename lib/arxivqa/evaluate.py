@@ -273,7 +273,9 @@ def heldout_of_run(run_name: str, folder=None) -> list[dict]:
     the policy another number of hits (``--result-cap``) after those with the run's own view: each its file
     name, table, bench, the run's steps at the time (``run_steps``; None for evaluations written before it)
     and ``result_cap_override``; then those of other policies seen through the run's view (``--view
-    run:<run>``: its warm start, say), ``includes_run`` False."""
+    run:<run>``: its warm start, say), ``includes_run`` False. Of evaluations at the same steps, those on the
+    full index come first (the held-out comparison asked for; a run trained on the demo index is also evaluated
+    there)."""
     import json
     from pathlib import Path
 
@@ -300,7 +302,7 @@ def heldout_of_run(run_name: str, folder=None) -> list[dict]:
     # the run seen through its own tool view first (an evaluation with --result-cap is another view), then by
     # steps; evaluations of other policies through the run's view last
     return sorted(found, key=lambda f: (not f["includes_run"], f["result_cap_override"] is not None,
-                                        -1 if f["steps"] is None else -f["steps"]))
+                                        -1 if f["steps"] is None else -f["steps"], f["bench"].get("scale") != "full"))
 
 
 def eval_queries(path: str | None = None, split: str | None = None, limit: int | None = None):
@@ -517,7 +519,10 @@ def main(argv: list[str] | None = None) -> None:
         trajs += got
     save_trajectories(out / f"{name}.trajectories.jsonl", trajs)
     per_query, table, by_diff, bench = evaluate_trajectories(trajs, index, queries, sum(walls.values()))
-    bench |= {"scale": config.scale(), "queries": a.queries or "queries_train.jsonl", "split": a.split,
+    # the index's own scale (an index given by --index named demo/full), else the configured one
+    folder = getattr(index, "folder", None)
+    scale = folder.name if folder is not None and folder.name in config.SCALES else config.scale()
+    bench |= {"scale": scale, "queries": a.queries or "queries_train.jsonl", "split": a.split,
               "policies": policies, "view": view_from, "env_kwargs": view.get("env_kwargs"),
               "result_cap_override": a.result_cap,
               "budgets": dataclasses.asdict(budgets), "embedder": view.get("embedder") or settings().embedder,
@@ -528,7 +533,7 @@ def main(argv: list[str] | None = None) -> None:
     atomic_write_text(out / f"{name}.per_query.csv", per_query.to_csv(index=False))
     failures = failure_line(trajs)
     what = " vs ".join(dict.fromkeys(t.policy for t in trajs))
-    md = (f"# Evaluation: {what} on {len(queries)} {a.split} queries ({config.scale()} index"
+    md = (f"# Evaluation: {what} on {len(queries)} {a.split} queries ({scale} index"
           + (f", the view of `{bench['view']}`" if bench["view"] else "") + ")\n\n"
           + (f"**{failures}**\n\n" if failures else "")
           + table.to_markdown(index=False, floatfmt=".3f") + "\n\n## Recall per difficulty\n\n"
