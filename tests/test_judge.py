@@ -496,3 +496,18 @@ def test_opened_judges_close_their_endpoints_clients_on_leaving_even_after_a_fai
         with judge_mod.opened_judges(["a", "broken", "b"]):
             pass
     assert closed == ["a"]  # the one opened before the failure
+
+
+def test_the_judge_precision_benchmark_judges_the_same_pairs_at_each_precision(tiny_qwen, tmp_path):
+    from arxivqa.bench import bench_judge_precision
+
+    out = bench_judge_precision(tiny_qwen, "expected", pairs=2, precisions=("float32", "int8"), out_dir=tmp_path)
+    written = json.loads((tmp_path / "bench_judge_precision.json").read_text())
+    assert written["pairs"] == 2 and set(written["precisions"]) == {"float32", "int8"} and "machine" in written
+    for measured in out["precisions"].values():
+        assert len(measured["scores"]) == 4 and 0 <= measured["pairs_right"] <= 2 and measured["seconds_per_judgment"] > 0
+        assert all(0 <= x <= 1 for x in measured["scores"])
+    # quantised weights give other scores than the float model's (same pairs, same prompts)
+    assert out["precisions"]["int8"]["scores"] != out["precisions"]["float32"]["scores"]
+    with pytest.raises(ValueError, match="unknown precision"):
+        bench_judge_precision(tiny_qwen, "expected", precisions=("fp8",), out_dir=tmp_path)

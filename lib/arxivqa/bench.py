@@ -8,6 +8,10 @@ without a context budget and with one (``context.fit_context`` at ``--window`` t
 per turn, seconds per episode, recall, the requests that would not have fitted the window, what was
 trimmed (``results/bench_context.json``).
 
+``python -m arxivqa.bench judge-precision`` judges a few pairs of the judge validity set with a probability judge
+loaded in bfloat16 and quantised to int8 (PyTorch dynamic quantisation): seconds per judgment and pairs ordered
+right (``results/bench_judge_precision.json``).
+
 ``python -m arxivqa.bench search`` measures, on the full corpus by default:
 
 - index build time and throughput: document store, bm25s, whoosh, embeddings (default embedder);
@@ -580,6 +584,55 @@ def bench_judge_safety(endpoint: str | None = None, run: str | None = None, n_tr
     return out
 
 
+JUDGE_PRECISIONS = ("bfloat16", "float32", "int8", "int8-onednn")
+
+
+def bench_judge_precision(model: str = "qwen2.5-coder-1.5b-instruct", scoring: str = "blend", pairs: int = 6,
+                          precisions: Sequence[str] = ("bfloat16", "int8", "int8-onednn"), set_path: Path | None = None,
+                          out_dir: Path | None = None) -> dict:
+    """A probability judge's speed and ordering at other numeric precisions (``results/bench_judge_precision.json``):
+    ``pairs`` pairs of the judge validity set (evenly spaced through it, so every kind is met), each judged in
+    ``bfloat16`` / ``float32`` as loaded, or ``int8``: PyTorch's dynamic quantisation of every ``Linear`` (int8
+    weights, activations quantised per call) on the default quantised engine (``x86``) or on ``onednn``
+    (``int8-onednn``). Per precision: seconds per judgment (after one warm-up judgment), the pairs ordered right,
+    every score."""
+    import torch
+
+    from .judge import ProbabilityJudge
+    from .validity import ValidityPair, read_set
+
+    bad = [x for x in precisions if x not in JUDGE_PRECISIONS]
+    if bad:
+        raise ValueError(f"unknown precision {bad[0]!r}: choose among {', '.join(JUDGE_PRECISIONS)}")
+    data = read_set(set_path or config.results_dir() / "judge_validity_set.json.gz")
+    every = [ValidityPair.model_validate(p) for p in data["pairs"]]
+    chosen = every[:: max(1, len(every) // max(1, pairs))][:pairs]
+    trajs = [t for p in chosen for t in (p.better, p.worse)]
+    engine = torch.backends.quantized.engine
+    out: dict = {"model": model, "scoring": scoring, "pairs": len(chosen), "kinds": [p.kind for p in chosen], "precisions": {}}
+    try:
+        for precision in precisions:
+            torch.backends.quantized.engine = "onednn" if precision == "int8-onednn" else engine
+            judge = ProbabilityJudge(model, scoring, dtype="float32" if precision.startswith("int8") else precision)
+            if precision.startswith("int8"):
+                judge.model = torch.ao.quantization.quantize_dynamic(judge.model, {torch.nn.Linear}, dtype=torch.qint8)
+            judge.score_batch(trajs[:1])  # warm-up: the rubric's cached head, the first call's allocations
+            t0 = time.perf_counter()
+            scores = [r.score for r in judge.score_batch(trajs)]
+            seconds = time.perf_counter() - t0
+            right = sum(1.0 if b > w else 0.5 if b == w else 0.0 for b, w in zip(scores[::2], scores[1::2]))
+            out["precisions"][precision] = {"seconds_per_judgment": seconds / len(trajs), "pairs_right": right,
+                                            "scores": scores}
+            print(precision, f"{seconds / len(trajs):.2f} s a judgment, {right:g} of {len(chosen)} pairs", flush=True)
+            del judge
+    finally:
+        torch.backends.quantized.engine = engine
+    out["machine"] = _machine()
+    path = (out_dir or config.results_dir()) / "bench_judge_precision.json"
+    atomic_write_text(path, json.dumps(out, indent=1) + "\n")
+    return out
+
+
 def _scores_read(path: Path, table, run: str, rollouts) -> list:
     """The judge results kept for ``run``'s rollouts in ``table`` (``path``, a ``reward_noise_rollouts.csv``), checked
     row by row against the rollouts' steps and queries."""
@@ -720,6 +773,12 @@ def main(argv: list[str] | None = None) -> None:
     j.add_argument("--run", default=None, help="committed run whose finished rollouts carry the payloads")
     j.add_argument("--trajectories", type=int, default=1)
     j.add_argument("--out", default=None)
+    q = sub.add_parser("judge-precision", help="a probability judge at other numeric precisions (bfloat16, int8): speed and ordering")
+    q.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
+    q.add_argument("--scoring", default="blend")
+    q.add_argument("--pairs", type=int, default=6, help="validity pairs judged at each precision")
+    q.add_argument("--precisions", default="bfloat16,int8,int8-onednn", help=f"comma-separated, among {','.join(JUDGE_PRECISIONS)}")
+    q.add_argument("--out", default=None)
     n = sub.add_parser("reward-noise", help="RLVR ties the judge or the failure-mode detectors separate; reward variance per group")
     n.add_argument("--judge", required=True, help="the judge giving the RaR reward (local, expected:<model>, yesno:<model>, docs:<model>)")
     n.add_argument("--runs", nargs="+", default=None, help="run folders or names (default: every committed RLVR run)")
@@ -731,6 +790,10 @@ def main(argv: list[str] | None = None) -> None:
     if a.cmd == "reward-noise":
         bench_reward_noise(a.judge, a.runs, a.margin, out_dir=Path(a.out) if a.out else None,
                            scores=Path(a.scores) if a.scores else None)
+        return
+    if a.cmd == "judge-precision":
+        bench_judge_precision(a.model, a.scoring, a.pairs, [x for x in a.precisions.split(",") if x],
+                              out_dir=Path(a.out) if a.out else None)
         return
     if a.cmd == "servers":
         bench_servers(a.limit, a.window, a.budgets, a.model, tuple(p for p in a.paths.split(",") if p), a.queries,
