@@ -22,11 +22,11 @@ def _():
     from arxivqa.llm import load_endpoints, open_llm
     from arxivqa.plots import save, save_table
     from arxivqa.records import trajectory_markdown
-    from arxivqa.train import committed_runs, configured, find_run, find_runs, run_options, same_run, train_or_load
+    from arxivqa.train import committed_runs, configured, find_run, find_runs, reward_twin, run_options, same_run, train_or_load
 
     return (Judge, Path, atomic_write_json, build_for_scale, committed_runs, config, configured, find_run, find_runs,
             load_endpoints,
-            load_run, mo, open_llm, pd, plt, rollout_choices, rollout_detail, run_options, same_run, save, save_table,
+            load_run, mo, open_llm, pd, plt, reward_twin, rollout_choices, rollout_detail, run_options, same_run, save, save_table,
             settings, sns, train_or_load,
             trajectory_markdown)
 
@@ -91,7 +91,7 @@ def _(committed_runs, configured, index, judge, mo, s, train_or_load):
 
 
 @app.cell
-def _(committed, committed_runs, configured, find_run, find_runs, mo, rar_trained, run_options, s, same_run):
+def _(committed, committed_runs, configured, find_run, find_runs, mo, rar_trained, reward_twin, run_options, s, same_run):
     _rar = run_options(find_runs(reward="rar", finished=True) + [r for r in committed if not r.finished])
     _want = rar_trained["path"] or committed[0].path  # the run trained now, else the longest committed one
     rar_pick = mo.ui.dropdown(options=_rar, label="RaR run (finished runs of the registry, and committed ones)",
@@ -101,7 +101,7 @@ def _(committed, committed_runs, configured, find_run, find_runs, mo, rar_traine
         _c = committed[0].config
         _same = committed_runs(reward="rlvr", preset=_c.preset, curriculum=_c.curriculum, seed=_c.seed)
         _rlvr_runs += [r for r in _same if not r.finished]
-        _match = _same[0] if _same else None
+        _match = reward_twin(_same, committed[0])  # the same warm-start build and settings, else the same start
     else:  # notebook 04's run with these settings
         _match = find_run(configured("rlvr", s, curriculum=s.curriculum))
     _rlvr = run_options(_rlvr_runs)

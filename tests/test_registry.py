@@ -122,3 +122,26 @@ def test_of_runs_as_long_the_warm_started_one_comes_first_and_its_twin_is_the_ot
     (root / "e-warm-e2h" / "warm_start.json").write_text(json.dumps({**build, "sft_sha256": "bbbb",
                                                                      "build_sha256": "0000"}))
     assert twin_run(committed_runs(reward="rlvr", curriculum="easy-to-hard"), mine[0]) is None
+
+
+def test_a_rar_run_is_set_beside_the_rlvr_run_of_its_start_and_settings(tmp_path, monkeypatch):
+    from arxivqa.train import committed_runs, reward_twin
+
+    monkeypatch.setenv("ARXIVQA_RESULTS_DIR", str(tmp_path / "results"))
+    root = tmp_path / "results" / "runs"
+    base = preset("cpu-warm", reward="rlvr", max_steps=100)
+    warm = base.model_copy(update={"model": "qwen-warm", "temperature": 1.0})
+    build = {"model": "qwen-warm", "sft_sha256": "aaaa", "build_sha256": "4f37"}
+    _fake_run(root / "a-base", base, steps=100)
+    (_fake_run(root / "b-warm-t07", warm.model_copy(update={"temperature": 0.7}), steps=100) / "warm_start.json").write_text(
+        json.dumps(build))
+    rar = _fake_run(root / "r-warm", warm.model_copy(update={"reward": "rar", "judge_endpoint": "blend:m"}), steps=10,
+                    finished=False)
+    (rar / "warm_start.json").write_text(json.dumps(build))
+    (rar_run,) = committed_runs(reward="rar")
+    rlvr = committed_runs(reward="rlvr")
+    # no RLVR run trained like it: the one from the same warm start (another temperature) before the base model's
+    assert reward_twin(rlvr, rar_run).name == "b-warm-t07"
+    (_fake_run(root / "c-warm", warm, steps=100) / "warm_start.json").write_text(json.dumps(build))
+    assert reward_twin(committed_runs(reward="rlvr"), rar_run).name == "c-warm"
+    assert reward_twin([], rar_run) is None

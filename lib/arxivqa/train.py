@@ -854,6 +854,20 @@ def twin_run(runs: Sequence[RunInfo], of: RunInfo) -> RunInfo | None:
                  and rest(r) == rest(of)), None)
 
 
+def reward_twin(runs: Sequence[RunInfo], of: RunInfo) -> RunInfo | None:
+    """The run of ``runs`` that ``of`` (a RaR run) is compared with: the first trained like it but for its reward
+    and judge (every other identity field, and the same warm-start build); else the first started from the same
+    policy (model and warm-start build); else the first of ``runs``; None when there is none."""
+    from .models import same_warm_start
+
+    def rest(r: RunInfo) -> dict:
+        return {k: v for k, v in run_identity(r.config).items() if k not in ("reward", "judge_endpoint", "judge_rubric")}
+
+    same_start = [r for r in runs if r.path != of.path and r.config.model == of.config.model
+                  and same_warm_start(r.warm_start, of.warm_start)]
+    return next((r for r in same_start if rest(r) == rest(of)), None) or next(iter(same_start), None) or next(iter(runs), None)
+
+
 def find_run(cfg: TrainConfig, roots: Sequence[str | Path] | None = None, finished: bool | None = True) -> RunInfo | None:
     """The run that is exactly ``cfg`` (same identity: every field but how it was executed), or None."""
     ident = run_identity(cfg)
