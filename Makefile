@@ -22,7 +22,7 @@ TORCH_CPU_WHEELS ?= /opt/wheels
 LOCK_FLAGS ?=
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 
-.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start warm-start-rs warm-start-rsf warm-start-mix warm-start-again train-long train-long-warm train-long-mix train-rar-long clean-index
+.PHONY: setup setup-gpu lock test demo report paper index index-full bench export edit serve label train-rlvr train-rar warm-start warm-start-rs warm-start-rsf warm-start-mix warm-start-again train-long train-long-warm train-long-mix train-rar-long train-rar-mix clean-index
 
 setup: $(VENV)/.setup-done  ## create .venv, install the locked CPU set (requirements.lock), prepare the offline embedder
 
@@ -232,6 +232,21 @@ train-rar-long: setup-judge  ## the committed RaR run (cpu-warm, LONG_STEPS step
 	  $(REVIVE); \
 	  resume=$$([ -f $$run/config.json ] && echo --resume); \
 	  $(PY) -m arxivqa.train --preset cpu-warm --reward rar --set judge_endpoint=$(RAR_JUDGE) --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
+	  $(PY) -m arxivqa.train export $$run
+
+# The RaR run beside the committed mixtext3 RLVR pair: the uniform run's warm-start build and settings (the
+# -mix-compact-text build, cpu-warm-compact, T 1.0, min-p 0.1, 1536 completion tokens), reward rar with RAR_JUDGE
+# and the global rubric. Like train-long-mix, it continues only on the build it was trained from.
+MIX_RAR_RUN := rar-cpu-warm-compact-mixtext3-t1.0-minp0.1-c1536-$(subst :,-,$(RAR_JUDGE))-global-$(LONG_STEPS)steps-seed0
+train-rar-mix: setup-judge  ## the RaR run from the -mix-compact-text warm start (the mixtext3 RLVR settings, judge RAR_JUDGE) -> results/runs/
+	@test -f data/models/$(LONG_MIX)/config.json || { echo "no warm start data/models/$(LONG_MIX): make warm-start-again WARM=$(LONG_MIX)" >&2; exit 1; }
+	$(PY) -m arxivqa.index build --embedder minilm-128
+	run=data/runs/$(MIX_RAR_RUN); \
+	  $(REVIVE); \
+	  resume=$$([ -f $$run/config.json ] && echo --resume); \
+	  $(PY) -m arxivqa.train --preset cpu-warm-compact --reward rar --set judge_endpoint=$(RAR_JUDGE) --set judge_rubric=global \
+	    --set model=$(LONG_MIX) --set temperature=1.0 --set min_p=0.1 --set max_completion_length=1536 \
+	    --set gradient_accumulation_steps=4 --set curriculum=uniform --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
 	  $(PY) -m arxivqa.train export $$run
 
 # Beyond one machine (README: "Beyond one machine: processes and a search service"). The training layouts are

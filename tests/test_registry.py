@@ -18,6 +18,14 @@ def _fake_run(folder, cfg: TrainConfig, steps=3, finished=True):
     return folder
 
 
+def _base_and_warm(tmp_path, monkeypatch):
+    """A results folder for committed runs, a base-model preset, a warm-started one, and its build record."""
+    monkeypatch.setenv("ARXIVQA_RESULTS_DIR", str(tmp_path / "results"))
+    base = preset("cpu-warm", reward="rlvr", max_steps=100)
+    warm = base.model_copy(update={"model": "qwen-warm", "temperature": 1.0})
+    return tmp_path / "results" / "runs", base, warm, {"model": "qwen-warm", "sft_sha256": "aaaa", "build_sha256": "4f37"}
+
+
 def test_a_run_is_found_by_its_config_not_its_folder_name(tmp_path):
     here, committed = tmp_path / "runs", tmp_path / "results" / "runs"
     rlvr = preset("cpu-demo", reward="rlvr", max_steps=3)
@@ -96,11 +104,7 @@ def test_of_runs_as_long_the_warm_started_one_comes_first_and_its_twin_is_the_ot
         tmp_path, monkeypatch):
     from arxivqa.train import committed_runs, twin_run
 
-    monkeypatch.setenv("ARXIVQA_RESULTS_DIR", str(tmp_path / "results"))
-    root = tmp_path / "results" / "runs"
-    base = preset("cpu-warm", reward="rlvr", max_steps=100)
-    warm = base.model_copy(update={"model": "qwen-warm", "temperature": 1.0})
-    build = {"model": "qwen-warm", "sft_sha256": "aaaa", "build_sha256": "4f37"}
+    root, base, warm, build = _base_and_warm(tmp_path, monkeypatch)
     _fake_run(root / "a-base", base, steps=100)
     (_fake_run(root / "b-warm", warm, steps=100) / "warm_start.json").write_text(json.dumps(build))
     _fake_run(root / "c-base-e2h", base.model_copy(update={"curriculum": "easy-to-hard"}), steps=100)
@@ -127,11 +131,7 @@ def test_of_runs_as_long_the_warm_started_one_comes_first_and_its_twin_is_the_ot
 def test_a_rar_run_is_set_beside_the_rlvr_run_of_its_start_and_settings(tmp_path, monkeypatch):
     from arxivqa.train import committed_runs, reward_twin
 
-    monkeypatch.setenv("ARXIVQA_RESULTS_DIR", str(tmp_path / "results"))
-    root = tmp_path / "results" / "runs"
-    base = preset("cpu-warm", reward="rlvr", max_steps=100)
-    warm = base.model_copy(update={"model": "qwen-warm", "temperature": 1.0})
-    build = {"model": "qwen-warm", "sft_sha256": "aaaa", "build_sha256": "4f37"}
+    root, base, warm, build = _base_and_warm(tmp_path, monkeypatch)
     _fake_run(root / "a-base", base, steps=100)
     (_fake_run(root / "b-warm-t07", warm.model_copy(update={"temperature": 0.7}), steps=100) / "warm_start.json").write_text(
         json.dumps(build))
