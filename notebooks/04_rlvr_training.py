@@ -13,7 +13,7 @@ def _():
 
     from arxivqa import config
     from arxivqa.config import settings
-    from arxivqa.evaluate import heldout_of_run
+    from arxivqa.evaluate import heldout_of_run, method_steps, same_policy
     from arxivqa.diagnostics import (DiagnosticsConfig, early_late, gold_by_tool, load_run, rediagnose, rollout_choices,
                                      rollout_detail, seed_verdict, signature_window, verdict_window)
     from arxivqa.files import atomic_write_json
@@ -26,8 +26,8 @@ def _():
                                same_run, train_or_load, twin_run)
 
     return (DiagnosticsConfig, TrainConfig, atomic_write_json, build_for_scale, committed_runs, config, configured, drop_table, early_late,
-            failure_mode_rates, find_run, find_runs, gold_by_tool, heldout_of_run, limits_markdown, load_run, seed_verdict, mo, pd, read_run, rediagnose, rollout_choices, rollout_detail,
-            run_options, same_run, save,
+            failure_mode_rates, find_run, find_runs, gold_by_tool, heldout_of_run, limits_markdown, load_run, method_steps, seed_verdict, mo, pd, read_run, rediagnose, rollout_choices, rollout_detail,
+            run_options, same_policy, same_run, save,
             save_table, settings, signature_window, step_time, tool_calls_per_rollout, train_or_load, training_curves,
             trajectory_markdown, twin_run, typing, verdict_window)
 
@@ -241,7 +241,7 @@ def _(gold_by_tool, mo, run, save_table):
 
 
 @app.cell
-def _(drop_table, heldout_of_run, info, mo, pd, plural, save_table):
+def _(drop_table, heldout_of_run, info, method_steps, mo, pd, plural, save_table):
     # held out: the run's adapter next to its base model on dev queries (`python -m arxivqa.evaluate`, committed)
     _found = heldout_of_run(info.name)
     if _found and _found[0]["includes_run"]:
@@ -252,7 +252,7 @@ def _(drop_table, heldout_of_run, info, mo, pd, plural, save_table):
         for _i, _e in enumerate(_found):
             _t = _e["table"] if _i == 0 else _e["table"][~_e["table"]["method"].str.startswith("one-shot")]
             _rows.append(_t.assign(evaluation=_e["file"], index=_e["bench"].get("scale"),
-                                   steps=[_e["steps"] if str(m).startswith("run:") else None for m in _t["method"]],
+                                   steps=[method_steps(_e["bench"], m) for m in _t["method"]],
                                    hits=(f"{_e['result_cap_override']} (not the run's)" if _e["result_cap_override"]
                                          else "the run's")))
         _all = pd.concat(_rows, ignore_index=True)
@@ -345,7 +345,7 @@ def _(mo, rollout_detail, rollout_pick, run):
 
 @app.cell
 def _(committed_runs, configured, curricula, curriculum, drop_table, find_run, heldout_of_run, index, load_run, mo, pd,
-      plural, read_run, s, save, save_table, seed_verdict, train_or_load, trained, twin_run, verdict_window):
+      plural, read_run, s, same_policy, save, save_table, seed_verdict, train_or_load, trained, twin_run, verdict_window):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -392,7 +392,7 @@ def _(committed_runs, configured, curricula, curriculum, drop_table, find_run, h
         for _sched, _inf in ((curriculum.value, _info1), (_other, _info2)):
             _ev = next((e for e in heldout_of_run(_inf.name) if e["includes_run"] and not e["result_cap_override"]), None)
             if _ev is not None:
-                _row = _ev["table"][_ev["table"]["method"].str.startswith("run:")].head(1)
+                _row = _ev["table"][[same_policy(m, f"run:{_inf.name}") for m in _ev["table"]["method"]]].head(1)
                 _held.append(_row.assign(schedule=_sched, steps=_ev["steps"], evaluation=_ev["file"],
                                          index=_ev["bench"].get("scale")))
         _held = pd.concat(_held, ignore_index=True) if _held else pd.DataFrame()

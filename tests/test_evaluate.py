@@ -187,3 +187,13 @@ def test_a_policy_is_evaluated_through_a_presets_view(tiny_qwen, built_index, pa
     assert bench["budgets"]["max_turns"] == 4 and bench["episodes"] == 1
     with pytest.raises(SystemExit):
         evaluate_main(common + ["--preset", "cpu-warm-compact", "--view", "some-run"])
+
+
+def test_a_held_out_row_is_matched_to_its_run_and_the_steps_of_its_adapter():
+    from arxivqa.evaluate import method_steps, same_policy
+
+    # one evaluation of two runs: each row gets its own run's steps, whichever folder the policy was given with
+    bench = {"run_steps": {"run:results/runs/uniform": 100, "run:/elsewhere/e2h": 55}}
+    assert method_steps(bench, "run:uniform") == 100 and method_steps(bench, "run:e2h") == 55
+    assert method_steps(bench, "one-shot bm25") is None and method_steps({}, "run:uniform") is None
+    assert same_policy("run:e2h", "run:results/runs/e2h") and not same_policy("run:e2h", "run:uniform")

@@ -331,6 +331,19 @@ def policy_key(policy_spec: str) -> str:
     return _re.sub(r"[^A-Za-z0-9._-]+", "_", f"{kind}-{rest}" if rest else kind)
 
 
+def same_policy(a: str, b: str) -> bool:
+    """Whether two policy names (a table's ``method``, a ``--policy`` given with a folder) are the same policy."""
+    return policy_key(str(a)) == policy_key(str(b))
+
+
+def method_steps(bench: dict, method: str) -> int | None:
+    """The GRPO steps of the adapter behind a held-out table's row (``method`` ``run:<name>``) in that evaluation
+    (its ``bench["run_steps"]``); None for another policy or an evaluation written before steps were kept."""
+    if not str(method).startswith("run:"):
+        return None
+    return next((n for p, n in (bench.get("run_steps") or {}).items() if same_policy(p, method)), None)
+
+
 def trajectory_cache(policy_spec: str, tag: str):
     """Where ``cached_agent_eval`` keeps a policy's trajectories on a query selection: under
     ``data/episodes/``, named by ``policy_key``."""
