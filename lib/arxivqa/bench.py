@@ -591,7 +591,7 @@ def bench_judge_precision(model: str = "qwen2.5-coder-1.5b-instruct", scoring: s
                           precisions: Sequence[str] = ("bfloat16", "int8", "int8-onednn"), set_path: Path | None = None,
                           out_dir: Path | None = None) -> dict:
     """A probability judge's speed and ordering at other numeric precisions (``results/bench_judge_precision.json``):
-    ``pairs`` pairs of the judge validity set (evenly spaced through it, so every kind is met), each judged in
+    ``pairs`` pairs of the judge validity set (evenly spaced through it; their kinds are recorded), each judged in
     ``bfloat16`` / ``float32`` as loaded, or ``int8``: PyTorch's dynamic quantisation of every ``Linear`` (int8
     weights, activations quantised per call) on the default quantised engine (``x86``) or on ``onednn``
     (``int8-onednn``). Per precision: seconds per judgment (after one warm-up judgment), the pairs ordered right,
