@@ -219,9 +219,11 @@ train-long-warm: setup  ## the two RLVR runs from the -rsf warm start (cpu-warm,
 # (make warm-start-mix): make train-long-mix MIX_RUN=<a new name>.
 LONG_MIX := $(WARM_MODEL)-mix-compact-text
 MIX_RUN ?= rlvr-cpu-warm-compact-mixtext3-t1.0-minp0.1-c1536
+MIX_SETS := --set model=$(LONG_MIX) --set temperature=1.0 --set min_p=0.1 --set max_completion_length=1536 --set gradient_accumulation_steps=4
+NEED_MIX = @test -f data/models/$(LONG_MIX)/config.json || { echo "no warm start data/models/$(LONG_MIX): make warm-start-again WARM=$(LONG_MIX) (the committed build, where its demonstrations are committed) or make warm-start-mix WARM_PRESET=cpu-warm-compact WARM_CALLS=text (a new build)" >&2; exit 1; }
 train-long-mix: setup  ## the two RLVR runs from the -mix-compact-text warm start (cpu-warm-compact, T 1.0, min-p 0.1, LONG_STEPS steps each) -> results/runs/
-	@test -f data/models/$(LONG_MIX)/config.json || { echo "no warm start data/models/$(LONG_MIX): make warm-start-again WARM=$(LONG_MIX) (the committed build, where its demonstrations are committed) or make warm-start-mix WARM_PRESET=cpu-warm-compact WARM_CALLS=text (a new build)" >&2; exit 1; }
-	$(call LONG_RLVR,$(MIX_RUN),--set model=$(LONG_MIX) --set temperature=1.0 --set min_p=0.1 --set max_completion_length=1536 --set gradient_accumulation_steps=4,cpu-warm-compact)
+	$(NEED_MIX)
+	$(call LONG_RLVR,$(MIX_RUN),$(MIX_SETS),cpu-warm-compact)
 
 # The committed RaR run: the same preset, steps and seed as the uniform RLVR run, the global rubric, and the
 # training judge RAR_JUDGE (default the probability judge of the larger offline model: make setup-judge).
@@ -239,14 +241,13 @@ train-rar-long: setup-judge  ## the committed RaR run (cpu-warm, LONG_STEPS step
 # and the global rubric. Like train-long-mix, it continues only on the build it was trained from.
 MIX_RAR_RUN := rar-cpu-warm-compact-mixtext3-t1.0-minp0.1-c1536-$(subst :,-,$(RAR_JUDGE))-global-$(LONG_STEPS)steps-seed0
 train-rar-mix: setup-judge  ## the RaR run from the -mix-compact-text warm start (the mixtext3 RLVR settings, judge RAR_JUDGE) -> results/runs/
-	@test -f data/models/$(LONG_MIX)/config.json || { echo "no warm start data/models/$(LONG_MIX): make warm-start-again WARM=$(LONG_MIX)" >&2; exit 1; }
+	$(NEED_MIX)
 	$(PY) -m arxivqa.index build --embedder minilm-128
 	run=data/runs/$(MIX_RAR_RUN); \
 	  $(REVIVE); \
 	  resume=$$([ -f $$run/config.json ] && echo --resume); \
 	  $(PY) -m arxivqa.train --preset cpu-warm-compact --reward rar --set judge_endpoint=$(RAR_JUDGE) --set judge_rubric=global \
-	    --set model=$(LONG_MIX) --set temperature=1.0 --set min_p=0.1 --set max_completion_length=1536 \
-	    --set gradient_accumulation_steps=4 --set curriculum=uniform --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
+	    $(MIX_SETS) --set curriculum=uniform --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
 	  $(PY) -m arxivqa.train export $$run
 
 # Beyond one machine (README: "Beyond one machine: processes and a search service"). The training layouts are

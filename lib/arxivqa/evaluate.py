@@ -292,13 +292,12 @@ def heldout_of_run(run_name: str, folder=None) -> list[dict]:
             continue
         bench = report.get("bench") or {}
         specs = [p for p in bench.get("policies") or [bench.get("policy") or ""] if p.startswith("run:")]
-        mine = [p for p in specs if policy_key(p) == policy_key(f"run:{run_name}")]
-        through_view = str(bench.get("view") or "").startswith("run:") and (
-            policy_key(bench["view"]) == policy_key(f"run:{run_name}"))
+        mine = any(same_policy(p, f"run:{run_name}") for p in specs)
+        through_view = str(bench.get("view") or "").startswith("run:") and same_policy(bench["view"], f"run:{run_name}")
         if (mine or through_view) and report.get("table"):
             found.append({"file": path.name, "table": pd.DataFrame(report["table"]), "bench": bench,
-                          "steps": (bench.get("run_steps") or {}).get(mine[0]) if mine else None,
-                          "result_cap_override": bench.get("result_cap_override"), "includes_run": bool(mine)})
+                          "steps": method_steps(bench, f"run:{run_name}"),
+                          "result_cap_override": bench.get("result_cap_override"), "includes_run": mine})
     # the run seen through its own tool view first (an evaluation with --result-cap is another view), then by
     # steps; evaluations of other policies through the run's view last
     return sorted(found, key=lambda f: (not f["includes_run"], f["result_cap_override"] is not None,
