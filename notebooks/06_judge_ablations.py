@@ -46,8 +46,27 @@ def _(mo):
     GLM model on vLLM, or a hosted one, is one more name). Other settings: `ARXIVQA_RAR_STEPS`,
     `ARXIVQA_TRAIN_STEPS` (which runs to read), `ARXIVQA_EVAL_QUERIES_FILE`, `ARXIVQA_EVAL_SPLIT`,
     `ARXIVQA_EVAL_LIMIT`, `ARXIVQA_EVAL_BUDGETS`.
+
+    Training RaR policies and judging every held-out trajectory takes hours on 2 cores, so an ablation is
+    also measured once by a command and kept in the repository, like the training runs:
+    `python -m arxivqa.ablations score --eval <committed evaluations> --judges <judges> --name <name>` judges
+    the trajectories of committed held-out evaluations (`results/eval/`) with each evaluation judge and keeps
+    the scores in `results/ablation/<name>.scores.csv`. Where one is kept, this notebook reads it (picked
+    below); `ARXIVQA_TRAIN_NOW=1` (as `make demo` sets) trains, evaluates and judges at the settings' scale
+    instead.
     """)
     return
+
+
+@app.cell
+def _(ablations, mo, s):
+    _kept = ablations.committed_ablations()
+    use_kept = bool(_kept) and not s.train_now
+    kept_pick = mo.ui.dropdown(options=_kept or ["(none kept)"], value=(_kept or ["(none kept)"])[-1],
+                               label="committed ablation (results/ablation/)")
+    mo.vstack([kept_pick, mo.md("Reading the committed ablation." if use_kept else
+                                "Training, evaluating and judging now (`ARXIVQA_TRAIN_NOW=1`, or none is kept).")])
+    return kept_pick, use_kept
 
 
 @app.cell
@@ -70,9 +89,9 @@ def _(load_endpoints, measured_judges, mo, s):
 
 
 @app.cell
-def _(configured, index, mo, s, train_judges, train_or_load):
+def _(configured, index, mo, s, train_judges, train_or_load, use_kept):
     trained = {}
-    for _j in train_judges.value:
+    for _j in [] if use_kept else train_judges.value:
         _cfg = configured("rar", s, judge_endpoint=None if _j == "local" else _j)
         with mo.status.spinner(title=f"RaR with training judge {_j}: {_cfg.max_steps} steps (or read back)"):
             trained[_j] = train_or_load(_cfg, index)
@@ -82,11 +101,11 @@ def _(configured, index, mo, s, train_judges, train_or_load):
 
 
 @app.cell
-def _(ablations, configured, find_run, get_endpoint, read_run, s, trained):
+def _(ablations, configured, find_run, get_endpoint, read_run, s, trained, use_kept):
     # name -> (training judge, policy spec, (model, steps, seed)); trained policies are found by the run registry
-    specs = {"base (untrained)": ("none (base model)", "local", (get_endpoint("local").model, 0, "-"))}
+    specs = {} if use_kept else {"base (untrained)": ("none (base model)", "local", (get_endpoint("local").model, 0, "-"))}
     _runs = {}
-    _rlvr = find_run(configured("rlvr", s, curriculum=s.curriculum))
+    _rlvr = None if use_kept else find_run(configured("rlvr", s, curriculum=s.curriculum))
     if _rlvr is not None:
         _runs["RLVR"] = ("none (RLVR reward)", _rlvr)
     for _j, _t in trained.items():
@@ -98,26 +117,44 @@ def _(ablations, configured, find_run, get_endpoint, read_run, s, trained):
 
 
 @app.cell
-def _(budgets, cached_agent_eval, index, mo, plots, qtag, queries, s, specs, trajectory_cache):
+def _(ablations, budgets, cached_agent_eval, index, kept_pick, mo, plots, qtag, queries, s, specs,
+      trajectory_cache, use_kept):
     policies = {}
     for _name, (_tj, _spec, _) in specs.items():
         with mo.status.spinner(title=f"{_name}: {len(queries)} episodes (cached ones are reused)"):
             policies[_name] = (_tj, cached_agent_eval(_spec, queries, trajectory_cache(_spec, qtag), index, budgets))
-    caption = plots.policy_caption({n: v[2] for n, v in specs.items()}, f"{s.scale} index")
-    mo.md(f"{len(policies)} policies × {len(queries)} held-out queries (`{qtag}`), budgets {budgets}.  \n{caption}")
-    return caption, policies
+    if use_kept:
+        kept_scores, kept_meta = ablations.read_ablation(kept_pick.value)
+        _info = kept_meta["policies"]
+        caption = plots.policy_caption({n: (i["model"], i["steps"] or 0, i["seed"]) for n, i in _info.items()},
+                                       " / ".join(sorted({f"{i['scale']} index" for i in _info.values()})))
+        _evals = ", ".join(f"`{e}`" for e in kept_meta["evaluations"])
+        _sizes = ", ".join(f"{n}: {i['queries']} queries" for n, i in _info.items())
+        _msg = (f"Committed ablation `{kept_pick.value}`: {len(_info)} policies from the held-out evaluation(s) {_evals} "
+                f"({_sizes}), judged by {len(kept_meta['judges'])} evaluation judges.  \n{caption}")
+    else:
+        kept_scores, kept_meta = None, None
+        caption = plots.policy_caption({n: v[2] for n, v in specs.items()}, f"{s.scale} index")
+        _msg = f"{len(policies)} policies × {len(queries)} held-out queries (`{qtag}`), budgets {budgets}.  \n{caption}"
+    mo.md(_msg)
+    return caption, kept_meta, kept_scores, policies
 
 
 @app.cell
-def _(ablations, eval_judges, labels, mo, opened_judges, policies):
-    mo.stop(not eval_judges.value, mo.md("_Choose at least one evaluation judge._"))
-    with opened_judges(eval_judges.value) as _judges:  # endpoints' judges, or probability judges in this process
-        with mo.status.spinner(title=f"{len(_judges)} evaluation judges × {sum(len(t) for _, t in policies.values())} trajectories"):
-            scores = ablations.judge_scores(policies, _judges, labels)
-        judge_stats = {j: {"judged": jd.judged, "fallbacks": jd.fallbacks,
-                           **({"llm": jd.llm.stats.as_dict()} if hasattr(jd, "llm") else {})}
-                       for j, jd in _judges.items()}
-    return judge_stats, scores
+def _(ablations, eval_judges, kept_meta, kept_scores, labels, mo, opened_judges, policies, use_kept):
+    if use_kept:
+        scores, judge_stats = kept_scores, kept_meta["judges"]
+        labels_used = {n: i["label"] for n, i in kept_meta["policies"].items()}
+    else:
+        mo.stop(not eval_judges.value, mo.md("_Choose at least one evaluation judge._"))
+        with opened_judges(eval_judges.value) as _judges:  # endpoints' judges, or probability judges in this process
+            with mo.status.spinner(title=f"{len(_judges)} evaluation judges × {sum(len(t) for _, t in policies.values())} trajectories"):
+                scores = ablations.judge_scores(policies, _judges, labels)
+            judge_stats = {j: {"judged": jd.judged, "fallbacks": jd.fallbacks,
+                               **({"llm": jd.llm.stats.as_dict()} if hasattr(jd, "llm") else {})}
+                           for j, jd in _judges.items()}
+        labels_used = labels
+    return judge_stats, labels_used, scores
 
 
 @app.cell
@@ -154,12 +191,18 @@ def _(ablations, caption, mo, plots, save, save_table, scores):
 
 
 @app.cell
-def _(atomic_write_json, config, corr, eval_judges, judge_stats, labels, mo, qtag, save_table, scores, train_judges,
-      trained):
+def _(atomic_write_json, config, corr, eval_judges, judge_stats, kept_meta, kept_pick, labels_used, mo, qtag,
+      save_table, scores, train_judges, trained, use_kept):
     save_table(scores, "06_judge_scores")
+    if use_kept:  # the committed ablation: its evaluations and the largest number of queries a policy ran
+        _queries = f"{', '.join(kept_meta['evaluations'])} · {max(i['queries'] for i in kept_meta['policies'].values())}"
+        _tj = list(dict.fromkeys(i["training_judge"] for i in kept_meta["policies"].values()))
+        _ej = kept_meta["eval_judges"]
+    else:
+        _queries, _tj, _ej = qtag, train_judges.value, eval_judges.value
     atomic_write_json(config.results_dir() / "06_run.json",
-                      {"queries": qtag, "policies": labels, "train_judges": train_judges.value,
-                       "eval_judges": eval_judges.value,
+                      {"queries": _queries, "policies": labels_used, "train_judges": _tj, "eval_judges": _ej,
+                       "ablation": kept_pick.value if use_kept else None,
                        "training": {j: {k: v for k, v in t.items() if k != "path"} for j, t in trained.items()},
                        "judges": judge_stats, "fallback_rate": float(scores["fallback"].mean()) if len(scores) else None,
                        "correlation": corr.to_dict(orient="records")})
@@ -168,7 +211,7 @@ def _(atomic_write_json, config, corr, eval_judges, judge_stats, labels, mo, qta
 
     mo.md("Failed judgments (explicit fallbacks, left out of every mean): "
           + (", ".join(f"{j} {v:.0%}" for j, v in _fb.items()) or "none") + ". Each policy: "
-          + "; ".join(f"**{n}** = {lab}" for n, lab in labels.items()) + "\n\n" + _limits("06"))
+          + "; ".join(f"**{n}** = {lab}" for n, lab in labels_used.items()) + "\n\n" + _limits("06"))
     return
 
 

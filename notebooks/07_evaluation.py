@@ -45,8 +45,26 @@ def _(mo):
     `ARXIVQA_EVAL_LIMIT`, `ARXIVQA_EVAL_BUDGETS`, `ARXIVQA_EVAL_JUDGES` and `ARXIVQA_TRAIN_JUDGES` (the
     defaults of the two lists below), `ARXIVQA_RAR_STEPS`, `ARXIVQA_TRAIN_STEPS`, `ARXIVQA_FRONTIER` (an
     endpoint name, used only when its key variable is set).
+
+    Where the repository keeps a judged ablation (`results/ablation/`, `python -m arxivqa.ablations score`:
+    committed held-out evaluations judged by several evaluation judges), this notebook reads it — its
+    policies' per-query rows, the one-shot baselines on the same queries and index, and its judges' scores
+    — instead of training and running episodes; `ARXIVQA_TRAIN_NOW=1` (as `make demo` sets) runs everything
+    at the settings' scale.
     """)
     return
+
+
+@app.cell
+def _(ablations, mo, s):
+    _kept = ablations.committed_ablations()
+    use_kept = bool(_kept) and not s.train_now
+    kept_pick = mo.ui.dropdown(options=_kept or ["(none kept)"], value=(_kept or ["(none kept)"])[-1],
+                               label="committed ablation (results/ablation/)")
+    kept_scores, kept_meta = ablations.read_ablation(kept_pick.value) if use_kept else (None, None)
+    mo.vstack([kept_pick, mo.md("Reading the committed ablation and its evaluations." if use_kept else
+                                "Training, evaluating and judging now (`ARXIVQA_TRAIN_NOW=1`, or none is kept).")])
+    return kept_meta, kept_pick, kept_scores, use_kept
 
 
 @app.cell
@@ -72,35 +90,44 @@ def _(load_endpoints, measured_judges, mo, s):
 
 
 @app.cell
-def _(configured, index, mo, s, train_or_load):
+def _(configured, index, mo, s, train_or_load, use_kept):
     rar_query_cfg = configured("rar", s, judge_rubric="query")
-    with mo.status.spinner(title=f"RaR with query-specific rubrics: {rar_query_cfg.max_steps} steps (or read back)"):
-        query_run = train_or_load(rar_query_cfg, index)
-    mo.md(f"RaR (query-specific rubric) run `{query_run['run']}`: "
-          + (f"trained now in {query_run['seconds']:.0f} s" if query_run["trained_now"] else "read back"))
+    if use_kept:
+        query_run = None
+        _msg = "The RaR run with query-specific rubrics is the committed ablation's, if it holds one."
+    else:
+        with mo.status.spinner(title=f"RaR with query-specific rubrics: {rar_query_cfg.max_steps} steps (or read back)"):
+            query_run = train_or_load(rar_query_cfg, index)
+        _msg = (f"RaR (query-specific rubric) run `{query_run['run']}`: "
+                + (f"trained now in {query_run['seconds']:.0f} s" if query_run["trained_now"] else "read back"))
+    mo.md(_msg)
     return query_run, rar_query_cfg
 
 
 @app.cell
-def _(configured, find_run, frontier, get_endpoint, mo, query_run, rar_query_cfg, read_run, s, train_judges):
+def _(configured, find_run, frontier, get_endpoint, kept_meta, mo, query_run, rar_query_cfg, read_run, s,
+      train_judges, use_kept):
     # name -> (policy spec, (model, steps, seed), policy kwargs); trained policies come from the run registry
     specs = {"base (untrained)": ("local", (get_endpoint("local").model, 0, "-"), {})}
     _runs, _missing = {}, []
-    _rlvr = find_run(configured("rlvr", s, curriculum=s.curriculum))
+    if use_kept:  # the committed ablation's policies, as they were evaluated
+        specs = {n: (i["policy"], (i["model"], i["steps"] or 0, i["seed"]), {}) for n, i in kept_meta["policies"].items()}
+    _rlvr = None if use_kept else find_run(configured("rlvr", s, curriculum=s.curriculum))
     if _rlvr is not None:
         _runs["RLVR"] = _rlvr
-    else:
+    elif not use_kept:
         _missing.append("RLVR (notebook 04)")
-    for _j in train_judges.value:
+    for _j in [] if use_kept else train_judges.value:
         _info = find_run(configured("rar", s, judge_endpoint=None if _j == "local" else _j))
         if _info is not None:
             _runs[f"RaR global · judge {_j}"] = _info
         else:
             _missing.append(f"RaR global · judge {_j} (notebooks 05/06)")
-    _runs[f"RaR query-specific · judge {rar_query_cfg.judge_endpoint or 'local'}"] = read_run(query_run["path"])
+    if query_run is not None:
+        _runs[f"RaR query-specific · judge {rar_query_cfg.judge_endpoint or 'local'}"] = read_run(query_run["path"])
     for _name, _info in _runs.items():
         specs[_name] = (f"run:{_info.path}", (_info.config.model, _info.steps_done, _info.config.seed), {})
-    if frontier is not None:
+    if frontier is not None and not use_kept:
         specs[f"frontier {frontier.model}"] = (s.frontier, (frontier.model, 0, "-"), {})
     mo.md("Policies: " + ", ".join(f"**{n}**" for n in specs)
           + (f". Not trained yet, so left out: {', '.join(_missing)}." if _missing else "."))
@@ -108,35 +135,50 @@ def _(configured, find_run, frontier, get_endpoint, mo, query_run, rar_query_cfg
 
 
 @app.cell
-def _(ablations, budgets, cached_agent_eval, frontier, index, mo, plots, qtag, queries, s, specs, trajectory_cache):
+def _(ablations, budgets, cached_agent_eval, frontier, index, kept_meta, kept_pick, mo, plots, qtag, queries, s,
+      specs, trajectory_cache, use_kept):
     trajs = {}
-    for _name, (_spec, _, _kw) in specs.items():
-        with mo.status.spinner(title=f"{_name}: {len(queries)} episodes (cached ones are reused)"):
-            trajs[_name] = cached_agent_eval(_spec, queries, trajectory_cache(_spec, qtag), index, budgets, **_kw)
-    labels = {n: ablations.cell_label(m, s.scale, seed, steps) for n, (_, (m, steps, seed), _) in specs.items()}
-    caption = plots.policy_caption({n: v[1] for n, v in specs.items()}, f"{s.scale} index")
-    mo.md(f"{len(specs)} agent policies on {len(queries)} held-out queries (`{qtag}`), budgets {budgets}; "
-          f"frontier agent: {'included' if frontier else f'skipped (no key for `{s.frontier}` in the environment)'}.  \n"
-          f"{caption}")
-    return caption, labels, trajs
+    if use_kept:  # episodes were run by the committed evaluations; their rows are read below
+        labels = {n: i["label"] for n, i in kept_meta["policies"].items()}
+        _scales = " / ".join(sorted({f"{i['scale']} index" for i in kept_meta["policies"].values()}))
+        caption = plots.policy_caption({n: v[1] for n, v in specs.items()}, _scales)
+        where = f"{', '.join(kept_meta['evaluations'])} (ablation {kept_pick.value})"
+        _msg = f"{len(specs)} agent policies from the committed evaluation(s) `{where}`.  \n{caption}"
+    else:
+        for _name, (_spec, _, _kw) in specs.items():
+            with mo.status.spinner(title=f"{_name}: {len(queries)} episodes (cached ones are reused)"):
+                trajs[_name] = cached_agent_eval(_spec, queries, trajectory_cache(_spec, qtag), index, budgets, **_kw)
+        labels = {n: ablations.cell_label(m, s.scale, seed, steps) for n, (_, (m, steps, seed), _) in specs.items()}
+        caption = plots.policy_caption({n: v[1] for n, v in specs.items()}, f"{s.scale} index")
+        where = qtag
+        _msg = (f"{len(specs)} agent policies on {len(queries)} held-out queries (`{qtag}`), budgets {budgets}; "
+                f"frontier agent: {'included' if frontier else f'skipped (no key for `{s.frontier}` in the environment)'}.  \n"
+                f"{caption}")
+    mo.md(_msg)
+    return caption, labels, trajs, where
 
 
 @app.cell
-def _(ablations, eval_judges, labels, mo, opened_judges, trajs):
-    mo.stop(not eval_judges.value, mo.md("_Choose at least one evaluation judge._"))
-    with opened_judges(eval_judges.value) as _judges:  # endpoints' judges, or probability judges in this process
-        with mo.status.spinner(title="evaluation judges (an endpoint's cached judgments from notebook 06 are reused)"):
-            judged = ablations.judge_scores({n: ("", t) for n, t in trajs.items()}, _judges, labels)
+def _(ablations, eval_judges, kept_scores, labels, mo, opened_judges, trajs, use_kept):
+    if use_kept:
+        judged = kept_scores
+    else:
+        mo.stop(not eval_judges.value, mo.md("_Choose at least one evaluation judge._"))
+        with opened_judges(eval_judges.value) as _judges:  # endpoints' judges, or probability judges in this process
+            with mo.status.spinner(title="evaluation judges (an endpoint's cached judgments from notebook 06 are reused)"):
+                judged = ablations.judge_scores({n: ("", t) for n, t in trajs.items()}, _judges, labels)
     return (judged,)
 
 
 @app.cell
-def _(baseline_rows, bootstrap_ci, comparison_table, index, judged, labels, pd, queries, trajectory_metrics, trajs):
+def _(ablations, baseline_rows, bootstrap_ci, comparison_table, index, judged, kept_meta, labels, pd, queries,
+      trajectory_metrics, trajs, use_kept):
     _rows = []
     for _name, _ts in trajs.items():
         for _t in _ts:
             _rows.append(trajectory_metrics(_t) | {"method": _name})
-    per_query = pd.concat([pd.DataFrame(_rows), baseline_rows(index, queries)], ignore_index=True)
+    per_query = (ablations.kept_per_query(kept_meta) if use_kept
+                 else pd.concat([pd.DataFrame(_rows), baseline_rows(index, queries)], ignore_index=True))
     # judge scores: one column per evaluation judge (failed judgments left out)
     _judges = list(dict.fromkeys(judged["eval_judge"]))
     _valid = judged[~judged["fallback"]]
@@ -156,10 +198,10 @@ def _(baseline_rows, bootstrap_ci, comparison_table, index, judged, labels, pd, 
 
 
 @app.cell
-def _(atomic_write_json, caption, config, judged, labels, mo, per_query, plots, qtag, save, save_table, table):
+def _(atomic_write_json, caption, config, judged, labels, mo, per_query, plots, save, save_table, table, where):
     save_table(table, "07_eval")
     save_table(per_query, "07_eval_per_query")
-    _fig = plots.agent_vs_baselines(per_query, title=f"Held-out evaluation ({qtag})\n{caption}")
+    _fig = plots.agent_vs_baselines(per_query, title=f"Held-out evaluation ({where})\n{caption}")
     save(_fig, "07_eval.png")
     _judge_cols = [c for c in per_query.columns if c.startswith("judge ") and not c.startswith("judge failed")]
     _fig2 = plots.recall_per_policy(table, "method", title=f"Mean judge score per policy (0–1)\n{caption}",
@@ -167,11 +209,11 @@ def _(atomic_write_json, caption, config, judged, labels, mo, per_query, plots, 
     if _fig2 is not None:
         save(_fig2, "07_judge_scores.png")
     atomic_write_json(config.results_dir() / "07_run.json",
-                      {"queries": qtag, "policies": table["method"].tolist(), "labels": labels,
+                      {"queries": where, "policies": table["method"].tolist(), "labels": labels,
                        "judge_fallback_rate": float(judged["fallback"].mean()) if len(judged) else None})
     from arxivqa.report import limits_markdown as _limits
 
-    mo.vstack([mo.md(f"## Every policy on `{qtag}` (means; 95 % bootstrap intervals over queries)"),
+    mo.vstack([mo.md(f"## Every policy on `{where}` (means; 95 % bootstrap intervals over queries)"),
                mo.ui.table(table, selection=None), _fig] + ([_fig2] if _fig2 is not None else [])
               + [mo.md(_limits("07"))])
     return

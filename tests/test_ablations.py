@@ -234,3 +234,88 @@ def test_the_reward_noise_figure_reads_the_measurement():
     assert [t.get_text() for t in right.get_legend().get_texts()] == ["judge", "detectors", "either"]
     heights = sorted(round(p.get_height(), 3) for p in right.patches if p.get_height() > 0)
     assert heights == sorted([round(2 / 3, 3), round(2 / 3, 3), 1.0, 1.0, 1.0])  # judge 2/3, detectors 2/3, either 1 | 0, 1, 1
+
+
+def _committed_eval(tmp_path):
+    """A held-out evaluation as arxivqa.evaluate writes it: a base model's and a RaR run's trajectories."""
+    import json
+
+    from test_judge import traj
+
+    from arxivqa.records import save_trajectories
+    from arxivqa.train import TrainConfig
+
+    run = tmp_path / "runs" / "rar-r"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(TrainConfig(reward="rar", judge_endpoint="blend:m", judge_rubric="global",
+                                                 model="some-base", max_steps=3).model_dump_json())
+    spec = f"run:{run}"
+    base = [traj(query="a").model_copy(update={"policy": "local:some-base", "qid": "q1"}),
+            traj(query="b", submitted=None).model_copy(update={"policy": "local:some-base", "qid": "q2"})]
+    rar = [t.model_copy(update={"policy": spec}) for t in base]
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    (folder / "ev.json").write_text(json.dumps({"table": [], "bench": {
+        "scale": "demo", "policies": ["local:some-base", spec], "run_steps": {spec: 3}}}))
+    save_trajectories(folder / "ev.trajectories.jsonl", base + rar)
+    pd.DataFrame([{"qid": q, "method": m, "recall@10": r, "tool_calls": c}
+                  for q, m, r, c in [("q1", "local:some-base", 1.0, 1), ("q2", "local:some-base", 0.0, 1),
+                                     ("q1", "run:rar-r", 0.5, 3), ("q2", "run:rar-r", 0.0, 2),
+                                     ("q1", "one-shot bm25", 0.25, 1), ("q2", "one-shot bm25", 0.0, 1)]]
+                 ).to_csv(folder / "ev.per_query.csv", index=False)
+    return folder
+
+
+def _opener(calls, judges):
+    from contextlib import contextmanager
+
+    @contextmanager
+    def opener(names):
+        class Counting:
+            def __init__(self, name):
+                self.name = name
+
+            def score_batch(self, trajs):
+                calls.append((self.name, len(trajs)))
+                return judges[self.name].score_batch(trajs)
+
+        yield {n: Counting(n) for n in names}
+
+    return opener
+
+
+def test_a_committed_ablation_scores_each_block_once_and_reads_back(tmp_path):
+    from arxivqa.ablations import committed_ablations, eval_policies, kept_per_query, read_ablation, score_committed
+
+    folder = _committed_eval(tmp_path)
+    policies, info = eval_policies([str(folder / "ev")])
+    # the RaR run is named by its rubric, trained by its judge; the packaged model is the untrained base
+    assert info["RaR · global"]["training_judge"] == "blend:m (global)" and info["RaR · global"]["steps"] == 3
+    assert info["base (untrained)"]["training_judge"] == "none (base model)"
+    assert info["RaR · global"]["label"] == "some-base · demo index · 3 steps · seed 0"
+    judges = {"j1": _FixedJudge({"a": 0.9, "b": 0.1}), "j2": _FixedJudge({"a": 0.7}, failing={"b"})}
+    calls, out = [], tmp_path / "ablation"
+    score_committed([str(folder / "ev")], ["j1"], "abl", out_dir=out, opener=_opener(calls, judges), progress=False)
+    assert calls == [("j1", 2), ("j1", 2)]
+    # a rerun with one more judge scores only that judge's blocks
+    meta = score_committed([str(folder / "ev")], ["j1", "j2"], "abl", out_dir=out, opener=_opener(calls, judges),
+                           progress=False)
+    assert calls[2:] == [("j2", 2), ("j2", 2)]
+    assert meta["judges"]["j2"] == {**meta["judges"]["j2"], "judged": 4, "fallbacks": 2}
+    assert committed_ablations(out) == ["abl"]
+    scores, read_meta = read_ablation("abl", out)
+    assert len(scores) == 8 and scores["fallback"].dtype == bool and read_meta["rows"] == 8
+    mean, count = score_matrix(scores)
+    assert count.loc["blend:m (global)", "j2"] == 1 and mean.loc["none (base model)", "j1"] == pytest.approx(0.5)
+    assert scores.loc[scores.policy == "RaR · global", "label"].iloc[0] == "some-base · demo index · 3 steps · seed 0"
+    # notebook 07's rows: each policy's per-query rows under its ablation name, and the one-shot baselines
+    rows = kept_per_query(read_meta, folder)
+    assert rows.groupby("method")["recall@10"].sum().to_dict() == {"base (untrained)": 1.0, "RaR · global": 0.5,
+                                                                   "one-shot bm25": 0.25}
+
+
+def test_an_evaluation_that_is_not_there_is_a_clear_error(tmp_path):
+    from arxivqa.ablations import eval_policies
+
+    with pytest.raises(FileNotFoundError, match="no held-out evaluation"):
+        eval_policies([str(tmp_path / "missing")])

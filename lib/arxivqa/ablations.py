@@ -209,3 +209,194 @@ def variance_summary(groups: pd.DataFrame, regimes: Sequence[str]) -> dict:
     if "all_passed" in groups:
         out["all_passed_groups"] = summary(groups[groups["all_passed"]])
     return out
+
+
+# --------------------------------------------------------------------------- a committed ablation
+# Judging every held-out trajectory of several policies with several judges takes tens of minutes on 2 cores,
+# so, like a training run, it is measured once by a command and kept in the repository
+# (``results/ablation/<name>.scores.csv`` + ``<name>.json``); notebook 06 reads it unless asked to train and
+# judge anew. The policies and their trajectories are those of committed held-out evaluations
+# (``python -m arxivqa.evaluate ... --name <eval>`` → ``results/eval/<eval>.trajectories.jsonl``).
+
+
+def ablation_dir():
+    from . import config
+
+    return config.results_dir() / "ablation"
+
+
+def describe_policy(policy: str) -> dict:
+    """What a held-out policy is, for the ablation's rows: a short ``name``, its ``training_judge`` (a RaR run's
+    judge and rubric; the RLVR reward and curriculum; supervised fine-tuning for a warm start; nothing for a
+    base model), ``model`` and ``seed``."""
+    from .agent import find_run_folder
+    from .models import committed_builds
+
+    kind, _, rest = policy.partition(":")
+    if kind == "run":
+        from .train import read_run
+
+        c = read_run(find_run_folder(rest)).config
+        if c.reward == "rar":
+            judge = f"{c.judge_endpoint or 'local'} ({c.judge_rubric})"
+            return {"name": f"RaR · {c.judge_rubric}", "training_judge": judge, "model": c.model, "seed": c.seed}
+        return {"name": f"RLVR · {c.curriculum}", "training_judge": f"none (RLVR reward, {c.curriculum})",
+                "model": c.model, "seed": c.seed}
+    if committed_builds(rest):
+        return {"name": "warm start (SFT)", "training_judge": "none (warm start, SFT)", "model": rest, "seed": "-"}
+    return {"name": "base (untrained)", "training_judge": "none (base model)", "model": rest or kind, "seed": "-"}
+
+
+def eval_policies(evals: Sequence[str], folder=None) -> tuple[dict, dict]:
+    """The policies of committed held-out evaluations ``evals`` (names under ``results/eval``, or paths
+    without their suffix) and their trajectories: ``({name: (training judge, trajectories)}, {name: info})``
+    with ``info`` the policy's spec, evaluation, steps, scale, label (``cell_label``) and training judge. One-shot
+    baselines have no trajectory and are left out; a policy met again in a later evaluation at the same
+    steps is taken from the first."""
+    import json
+    from pathlib import Path
+
+    from . import config
+    from .evaluate import method_steps, policy_key
+    from .records import load_trajectories
+
+    folder = Path(folder) if folder else config.results_dir() / "eval"
+    policies, info, seen = {}, {}, set()
+    for ev in evals:
+        base = Path(ev) if "/" in ev else folder / ev
+        report_path, traj_path = base.with_name(base.name + ".json"), base.with_name(base.name + ".trajectories.jsonl")
+        if not report_path.exists() or not traj_path.exists():
+            raise FileNotFoundError(f"no held-out evaluation {ev!r}: expected {report_path} and {traj_path} "
+                                    "(python -m arxivqa.evaluate ... --name <name>)")
+        bench = json.loads(report_path.read_text()).get("bench") or {}
+        by_policy: dict[str, list] = {}
+        for t in load_trajectories(traj_path):
+            by_policy.setdefault(t.policy, []).append(t)
+        for spec, trajs in by_policy.items():
+            steps = method_steps(bench, spec)
+            if (policy_key(spec), steps) in seen:
+                continue
+            seen.add((policy_key(spec), steps))
+            d = describe_policy(spec)
+            name = d["name"] if d["name"] not in policies else f"{d['name']} · {policy_key(spec)}"
+            policies[name] = (d["training_judge"], trajs)
+            info[name] = {"policy": spec, "evaluation": report_path.name, "steps": steps, "scale": bench.get("scale"),
+                          "queries": len(trajs), "training_judge": d["training_judge"], "model": d["model"],
+                          "seed": d["seed"],
+                          "label": cell_label(d["model"], f"{bench.get('scale') or '?'} index", d["seed"], steps)}
+    if not policies:
+        raise ValueError(f"the evaluations {list(evals)} hold no agent trajectory")
+    return policies, info
+
+
+def score_committed(evals: Sequence[str], judge_names: Sequence[str], name: str, out_dir=None,
+                    opener=None, progress: bool = True) -> dict:
+    """Score the trajectories of the committed evaluations ``evals`` with every judge of ``judge_names`` and
+    keep the long table (``judge_scores``) in ``<out_dir>/<name>.scores.csv`` with what was measured in
+    ``<name>.json`` (policies, labels, judges' counts and seconds per judgment). The table is written
+    atomically after each (judge, policy) block, and a rerun with the same name only scores the blocks it
+    lacks, so an interrupted ablation loses one block at most. ``opener``: ``judge.opened_judges`` by default."""
+    import json
+    import time
+    from pathlib import Path
+
+    from .files import atomic_write_json, atomic_write_text
+
+    if opener is None:
+        from .judge import opened_judges as opener
+    out = Path(out_dir) if out_dir else ablation_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, meta_path = out / f"{name}.scores.csv", out / f"{name}.json"
+    policies, info = eval_policies(evals)
+    labels = {n: i["label"] for n, i in info.items()}
+    done = pd.read_csv(csv_path) if csv_path.exists() else pd.DataFrame(columns=[*SCORE_COLUMNS, "label"])
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    stats = meta.get("judges", {})
+    with opener(list(judge_names)) as judges:
+        for jname, judge in judges.items():
+            s = stats.setdefault(jname, {"judged": 0, "fallbacks": 0, "seconds": 0.0})
+            for pname, (tj, trajs) in policies.items():
+                if ((done["eval_judge"] == jname) & (done["policy"] == pname)).any():
+                    continue
+                t0 = time.perf_counter()
+                block = judge_scores({pname: (tj, trajs)}, {jname: judge}, labels)
+                s["seconds"] += time.perf_counter() - t0
+                s["judged"] += len(block)
+                s["fallbacks"] += int(block["fallback"].sum())
+                s["seconds_per_judgment"] = s["seconds"] / max(s["judged"], 1)
+                done = pd.concat([done, block], ignore_index=True) if len(done) else block
+                atomic_write_text(csv_path, done.to_csv(index=False))
+                meta = {"name": name, "evaluations": list(evals), "judges": stats, "policies": info,
+                        "eval_judges": list(judge_names), "rows": len(done)}
+                atomic_write_json(meta_path, meta)
+                if progress:
+                    print(f"{jname} × {pname}: {len(block)} judged, {int(block['fallback'].sum())} fell back, "
+                          f"{s['seconds_per_judgment']:.1f} s a judgment so far", flush=True)
+    return meta
+
+
+def committed_ablations(out_dir=None) -> list[str]:
+    """The names of the ablations kept under ``results/ablation/`` (those with both files), newest name last."""
+    from pathlib import Path
+
+    out = Path(out_dir) if out_dir else ablation_dir()
+    return sorted(p.name.removesuffix(".scores.csv") for p in out.glob("*.scores.csv")
+                  if (out / p.name.replace(".scores.csv", ".json")).exists()) if out.is_dir() else []
+
+
+def read_ablation(name: str, out_dir=None) -> tuple[pd.DataFrame, dict]:
+    """(the long score table, what was measured) of a committed ablation; the table has the columns of
+    ``judge_scores`` with ``fallback`` as booleans."""
+    import json
+    from pathlib import Path
+
+    out = Path(out_dir) if out_dir else ablation_dir()
+    scores = pd.read_csv(out / f"{name}.scores.csv")
+    _check(scores, (*SCORE_COLUMNS, "label"))
+    scores["fallback"] = scores["fallback"].astype(str).str.lower().isin(("true", "1"))
+    return scores, json.loads((out / f"{name}.json").read_text())
+
+
+def kept_per_query(meta: dict, folder=None) -> pd.DataFrame:
+    """The per-query rows (``evaluate``'s ``<eval>.per_query.csv``) of a committed ablation's policies, each
+    named as in the ablation, and the one-shot baselines of the first of its evaluations that has them (the
+    same queries and index): the held-out table of notebook 07 without running an episode."""
+    from pathlib import Path
+
+    from . import config
+    from .evaluate import same_policy
+
+    folder = Path(folder) if folder else config.results_dir() / "eval"
+    frames, baselines = [], None
+    for ev in meta["evaluations"]:
+        base = Path(ev) if "/" in ev else folder / ev
+        table = pd.read_csv(base.with_name(base.name + ".per_query.csv"))
+        for name, info in meta["policies"].items():
+            if info["evaluation"] == base.name + ".json":
+                frames.append(table[[same_policy(m, info["policy"]) for m in table["method"]]].assign(method=name))
+        if baselines is None and table["method"].str.startswith("one-shot").any():
+            baselines = table[table["method"].str.startswith("one-shot")]
+    return pd.concat([*frames, *([baselines] if baselines is not None else [])], ignore_index=True)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(prog="python -m arxivqa.ablations",
+                                 description="judge held-out trajectories of committed evaluations with several "
+                                             "evaluation judges -> results/ablation/<name>.{scores.csv,json}")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sc = sub.add_parser("score", help="score committed evaluations' trajectories with each judge (resumable)")
+    sc.add_argument("--eval", nargs="+", required=True, dest="evals",
+                    help="evaluation names under results/eval (python -m arxivqa.evaluate ... --name <name>)")
+    sc.add_argument("--judges", nargs="+", required=True,
+                    help="evaluation judges: probability judges (blend:<model>, docs:<model>, ...) or endpoint names")
+    sc.add_argument("--name", required=True, help="the ablation's name under results/ablation/")
+    args = ap.parse_args(argv)
+    meta = score_committed(args.evals, args.judges, args.name)
+    print(json.dumps(meta["judges"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
