@@ -110,6 +110,14 @@ def test_the_report_says_what_each_stage_cannot_show_from_its_own_outputs(tmp_pa
     six = " ".join(report.limits("06", results))
     assert "the best judge measured, b, orders 77% of them — below the 80%" in six and "107 pairs" in six
     assert "Judge validity" not in " ".join(report.limits("04", results))
+    # an ablation with one RaR training judge, which also scores: its rows are regimes, its own column is suspect
+    (results / "06_run.json").write_text(json.dumps({"queries": "x · 56", "train_judges": [
+        "none (base model)", "none (RLVR reward, uniform)", "blend:m (global)"], "eval_judges": ["blend:m", "docs:m"]}))
+    six = " ".join(report.limits("06", results))
+    assert "1 RaR training judge:" in six and "compare training regimes" in six and "trained with blend:m is also scored" in six
+    (results / "06_run.json").write_text(json.dumps({"queries": "x · 56", "train_judges": ["a (global)", "b (query)"],
+                                                     "eval_judges": ["c"]}))
+    assert "RaR training judge" not in " ".join(report.limits("06", results))
     (results / "judge_validity.json").write_text(json.dumps({"judges": {"b": {"pairwise_accuracy": 0.85, "pairs_scored": 9}}}))
     assert "orders 85% of them, over the 80% bar" in " ".join(report.limits("07", results))
     text = report.write_report(results, [tmp_path / f"{p}_x.py" for p in ("03", "04")]).read_text()

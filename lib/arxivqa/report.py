@@ -210,6 +210,8 @@ def limits(prefix: str, results: Path) -> list[str]:
         else:
             out.append(f"Evaluated on {n} queries" + (f"; the widest recall@10 interval is {width:.2f} wide: differences "
                                                      "smaller than that are not shown." if width is not None else "."))
+    if prefix == "06" and run.get("train_judges") is not None:
+        out += ablation_limits(run.get("train_judges") or [], run.get("eval_judges") or [])
     validity = results / "judge_validity.json"
     if prefix in JUDGED_STAGES and validity.exists():
         v = json.loads(validity.read_text())
@@ -230,6 +232,22 @@ def limits(prefix: str, results: Path) -> list[str]:
         llm = lab.get("llm") or {}
         out.append(f"The labeller ran on {counted(lab.get('queries'), 'query', 'queries')} with {lab.get('model')}; {llm.get('parse_errors', 0)} "
                    f"of {llm.get('requests', 0)} requests gave no readable answer.")
+    return out
+
+
+def ablation_limits(train_judges: list[str], eval_judges: list[str]) -> list[str]:
+    """What a judge ablation's two axes allow: how many RaR training judges it compares (a training judge named
+    ``none (...)`` is another regime: base, SFT, RLVR), and where a RaR policy is scored by its own training judge."""
+    out = []
+    rar = [j for j in train_judges if not str(j).startswith("none")]
+    if len(rar) < 2:
+        out.append(f"{counted(len(rar), 'RaR training judge', 'RaR training judges')}: the seed's comparison of training "
+                   "judges needs two or more, so the rows compare training regimes (base, warm start, RLVR, RaR), not judges.")
+    for j in rar:
+        name = str(j).split(" (")[0]  # "<judge> (<rubric>)"
+        if name in eval_judges:
+            out.append(f"The RaR policy trained with {name} is also scored by it: its margin in that column may be the "
+                       "judge's own preference; the other evaluation judges are the check.")
     return out
 
 
