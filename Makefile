@@ -250,6 +250,16 @@ train-rar-mix: setup-judge  ## the RaR run from the -mix-compact-text warm start
 	    $(MIX_SETS) --set curriculum=uniform --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
 	  $(PY) -m arxivqa.train export $$run
 
+# The committed judge ablation that notebooks 06 and 07 read: the trajectories of committed held-out evaluations
+# (results/eval/<name>.trajectories.jsonl) judged by each of ABLATION_JUDGES; resumable (a rerun with the same
+# name scores only the (judge, policy) blocks it lacks).
+ABLATION_EVALS ?= heldout-dev-full-mixtext3 heldout-dev-full-rar-mixtext3
+ABLATION_JUDGES ?= blend:qwen2.5-coder-1.5b-instruct expected:qwen2.5-coder-0.5b-instruct docs:qwen2.5-coder-0.5b-instruct
+ABLATION_NAME ?= dev-full-mixtext3
+.PHONY: ablation
+ablation: setup-judge  ## judge committed held-out evaluations with ABLATION_JUDGES -> results/ablation/$(ABLATION_NAME).*
+	$(PY) -m arxivqa.ablations score --eval $(ABLATION_EVALS) --judges $(ABLATION_JUDGES) --name $(ABLATION_NAME)
+
 # Beyond one machine (README: "Beyond one machine: processes and a search service"). The training layouts are
 # accelerate configs in configs/accelerate/ (1 GPU, N GPUs with DeepSpeed ZeRO-3, multi-node, 2 CPU processes);
 # here the one that runs on a CPU: the cpu-demo run as 2 data-parallel processes (gloo), one prompt each a step.
