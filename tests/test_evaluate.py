@@ -169,6 +169,21 @@ def test_a_runs_evaluations_come_latest_steps_first_whatever_the_file_times(tmp_
     (tmp_path / "at100-full.json").write_text(json.dumps({"bench": bench, "table": [{"method": "run:r"}]}))
     os.utime(tmp_path / "at100-full.json", (0.5e9, 0.5e9))
     assert [f["file"] for f in heldout_of_run("r", tmp_path)][:3] == ["at100-full.json", "at100.json", "at70.json"]
+    # the same adapter with sampled tokens (--temperature) is listed after every greedy evaluation of the run
+    bench = {"policies": ["run:results/runs/r"], "run_steps": {"run:results/runs/r": 100}, "scale": "full",
+             "sampling": {"temperature": 1.0, "min_p": 0.1, "seed": 0}}
+    (tmp_path / "at100-sampled.json").write_text(json.dumps({"bench": bench, "table": [{"method": "run:r"}]}))
+    found = [f["file"] for f in heldout_of_run("r", tmp_path)]
+    assert found[0] == "at100-full.json" and found.index("at100-sampled.json") > found.index("before-steps-were-kept.json")
+
+
+def test_sampling_flags_are_checked_before_anything_runs():
+    from arxivqa.evaluate import main
+
+    with pytest.raises(SystemExit):
+        main(["--min-p", "0.1"])  # min-p without a temperature: greedy decoding has nothing to filter
+    with pytest.raises(SystemExit):
+        main(["--temperature", "-1"])
 
 
 def test_a_policy_is_evaluated_through_a_presets_view(tiny_qwen, built_index, papers, tmp_path):

@@ -272,18 +272,22 @@ def eval_policies(evals: Sequence[str], folder=None) -> tuple[dict, dict]:
         by_policy: dict[str, list] = {}
         for t in load_trajectories(traj_path):
             by_policy.setdefault(t.policy, []).append(t)
+        sampling = bench.get("sampling")  # evaluate --temperature: the policy's tokens were sampled, not greedy
+        how = f" · sampled T{sampling['temperature']:g}" if sampling else ""
         for spec, trajs in by_policy.items():
             steps = method_steps(bench, spec)
-            if (policy_key(spec), steps) in seen:
+            if (policy_key(spec), steps, how) in seen:
                 continue
-            seen.add((policy_key(spec), steps))
+            seen.add((policy_key(spec), steps, how))
             d = describe_policy(spec)
-            name = d["name"] if d["name"] not in policies else f"{d['name']} · {policy_key(spec)}"
+            name = d["name"] + how
+            name = name if name not in policies else f"{name} · {policy_key(spec)}"
             policies[name] = (d["training_judge"], trajs)
             info[name] = {"policy": spec, "evaluation": report_path.name, "steps": steps, "scale": bench.get("scale"),
                           "queries": len(trajs), "training_judge": d["training_judge"], "model": d["model"],
                           "seed": d["seed"],
-                          "label": cell_label(d["model"], f"{bench.get('scale') or '?'} index", d["seed"], steps)}
+                          "sampling": sampling,
+                          "label": cell_label(d["model"], f"{bench.get('scale') or '?'} index", d["seed"], steps) + how}
     if not policies:
         raise ValueError(f"the evaluations {list(evals)} hold no agent trajectory")
     return policies, info

@@ -273,9 +273,9 @@ def heldout_of_run(run_name: str, folder=None) -> list[dict]:
     the policy another number of hits (``--result-cap``) after those with the run's own view: each its file
     name, table, bench, the run's steps at the time (``run_steps``; None for evaluations written before it)
     and ``result_cap_override``; then those of other policies seen through the run's view (``--view
-    run:<run>``: its warm start, say), ``includes_run`` False. Of evaluations at the same steps, those on the
-    full index come first (the held-out comparison asked for; a run trained on the demo index is also evaluated
-    there)."""
+    run:<run>``: its warm start, say), ``includes_run`` False. Greedy evaluations come before sampled ones
+    (``--temperature``). Of evaluations at the same steps, those on the full index come first (the held-out
+    comparison asked for; a run trained on the demo index is also evaluated there)."""
     import json
     from pathlib import Path
 
@@ -301,6 +301,7 @@ def heldout_of_run(run_name: str, folder=None) -> list[dict]:
     # the run seen through its own tool view first (an evaluation with --result-cap is another view), then by
     # steps; evaluations of other policies through the run's view last
     return sorted(found, key=lambda f: (not f["includes_run"], f["result_cap_override"] is not None,
+                                        f["bench"].get("sampling") is not None,
                                         -1 if f["steps"] is None else -f["steps"], f["bench"].get("scale") != "full"))
 
 
@@ -483,9 +484,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--result-cap", type=int, default=None,
                     help="hits a search shows (default: the view's, e.g. a run's tool_max_results): a trained policy "
                          "seen through another tool view than it was trained with")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sample the in-process policies' tokens at this temperature (default 0: greedy), e.g. a run's "
+                         "training temperature, to see the policy as its rollouts were drawn")
+    ap.add_argument("--min-p", type=float, default=None, help="with --temperature: min-p filtering, as in training")
+    ap.add_argument("--seed", type=int, default=0, help="with --temperature: torch's seed before each policy's episodes")
     ap.add_argument("--name", default=None, help="output name (default: derived from the policy)")
     ap.add_argument("--out", default=None, help="folder (default: <results>/eval)")
     a = ap.parse_args(argv)
+    if a.temperature < 0:
+        ap.error("--temperature must be 0 (greedy) or more")
+    if a.min_p is not None and a.temperature == 0:
+        ap.error("--min-p needs --temperature > 0 (greedy decoding has nothing to filter)")
     if a.result_cap is not None and a.result_cap < 1:
         ap.error("--result-cap must be at least 1")
     if a.preset and a.view:
@@ -518,10 +528,19 @@ def main(argv: list[str] | None = None) -> None:
     from .llm import EndpointUnreachable
 
     trajs, walls = [], {}
+    sampling = {"temperature": a.temperature, "min_p": a.min_p, "seed": a.seed} if a.temperature > 0 else None
     for spec in policies:
         t0 = time.perf_counter()
+        policy = None
+        if sampling:
+            import torch
+
+            from .agent import make_policy
+
+            torch.manual_seed(a.seed)
+            policy = make_policy(spec, temperature=a.temperature, min_p=a.min_p)
         try:
-            got = run_agent_eval(spec, queries, index, a.concurrency, budgets, batch_size=a.batch,
+            got = run_agent_eval(spec, queries, index, a.concurrency, budgets, batch_size=a.batch, policy=policy,
                                  system_prompt=view.get("system_prompt"), env_kwargs=view.get("env_kwargs"),
                                  context_window=a.context_window, chosen_by="--policy",
                                  user_template=view.get("user_template"))
@@ -536,7 +555,7 @@ def main(argv: list[str] | None = None) -> None:
     scale = folder.name if folder is not None and folder.name in config.SCALES else config.scale()
     bench |= {"scale": scale, "queries": a.queries or "queries_train.jsonl", "split": a.split,
               "policies": policies, "view": view_from, "env_kwargs": view.get("env_kwargs"),
-              "result_cap_override": a.result_cap,
+              "result_cap_override": a.result_cap, "sampling": sampling,
               "budgets": dataclasses.asdict(budgets), "embedder": view.get("embedder") or settings().embedder,
               "episodes_per_minute_by_policy": {p: 60 * len(queries) / w for p, w in walls.items() if w},
               "run_steps": run_steps(policies)}
@@ -546,7 +565,9 @@ def main(argv: list[str] | None = None) -> None:
     failures = failure_line(trajs)
     what = " vs ".join(dict.fromkeys(t.policy for t in trajs))
     md = (f"# Evaluation: {what} on {len(queries)} {a.split} queries ({scale} index"
-          + (f", the view of `{bench['view']}`" if bench["view"] else "") + ")\n\n"
+          + (f", the view of `{bench['view']}`" if bench["view"] else "")
+          + (f", sampled at temperature {a.temperature}" + (f", min-p {a.min_p}" if a.min_p else "") + f", seed {a.seed}"
+             if sampling else "") + ")\n\n"
           + (f"**{failures}**\n\n" if failures else "")
           + table.to_markdown(index=False, floatfmt=".3f") + "\n\n## Recall per difficulty\n\n"
           + by_diff.to_markdown(index=False, floatfmt=".3f") + "\n\n## Throughput\n\n"
