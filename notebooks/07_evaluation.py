@@ -61,10 +61,15 @@ def _(ablations, mo, s):
     use_kept = bool(_kept) and not s.train_now
     kept_pick = mo.ui.dropdown(options=_kept or ["(none kept)"], value=(_kept or ["(none kept)"])[-1],
                                label="committed ablation (results/ablation/)")
-    kept_scores, kept_meta = ablations.read_ablation(kept_pick.value) if use_kept else (None, None)
     mo.vstack([kept_pick, mo.md("Reading the committed ablation and its evaluations." if use_kept else
                                 "Training, evaluating and judging now (`ARXIVQA_TRAIN_NOW=1`, or none is kept).")])
-    return kept_meta, kept_pick, kept_scores, use_kept
+    return kept_pick, use_kept
+
+
+@app.cell
+def _(ablations, kept_pick, use_kept):
+    kept_scores, kept_meta = ablations.read_ablation(kept_pick.value) if use_kept else (None, None)
+    return kept_meta, kept_scores
 
 
 @app.cell
