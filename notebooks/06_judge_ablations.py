@@ -60,12 +60,9 @@ def _(mo):
 
 @app.cell
 def _(ablations, mo, s):
-    _kept = ablations.committed_ablations()
-    use_kept = bool(_kept) and not s.train_now
-    kept_pick = mo.ui.dropdown(options=_kept or ["(none kept)"], value=(_kept or ["(none kept)"])[-1],
-                               label="committed ablation (results/ablation/)")
-    mo.vstack([kept_pick, mo.md("Reading the committed ablation." if use_kept else
-                                "Training, evaluating and judging now (`ARXIVQA_TRAIN_NOW=1`, or none is kept).")])
+    _options, use_kept, _why = ablations.kept_choice(s.train_now)
+    kept_pick = mo.ui.dropdown(options=_options, value=_options[-1], label="committed ablation (results/ablation/)")
+    mo.vstack([kept_pick, mo.md(_why)])
     return kept_pick, use_kept
 
 

@@ -285,7 +285,8 @@ def _opener(calls, judges):
 
 
 def test_a_committed_ablation_scores_each_block_once_and_reads_back(tmp_path):
-    from arxivqa.ablations import committed_ablations, eval_policies, kept_per_query, read_ablation, score_committed
+    from arxivqa.ablations import (NONE_KEPT, committed_ablations, eval_policies, kept_choice, kept_per_query,
+                                   read_ablation, score_committed)
 
     folder = _committed_eval(tmp_path)
     policies, info = eval_policies([str(folder / "ev")])
@@ -303,6 +304,8 @@ def test_a_committed_ablation_scores_each_block_once_and_reads_back(tmp_path):
     assert calls[2:] == [("j2", 2), ("j2", 2)]
     assert meta["judges"]["j2"] == {**meta["judges"]["j2"], "judged": 4, "fallbacks": 2}
     assert committed_ablations(out) == ["abl"]
+    assert kept_choice(False, out)[:2] == (["abl"], True) and kept_choice(True, out)[:2] == (["abl"], False)
+    assert kept_choice(False, tmp_path / "nothing")[:2] == ([NONE_KEPT], False)
     scores, read_meta = read_ablation("abl", out)
     assert len(scores) == 8 and scores["fallback"].dtype == bool and read_meta["rows"] == 8
     mean, count = score_matrix(scores)

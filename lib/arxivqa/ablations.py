@@ -348,6 +348,19 @@ def committed_ablations(out_dir=None) -> list[str]:
                   if (out / p.name.replace(".scores.csv", ".json")).exists()) if out.is_dir() else []
 
 
+NONE_KEPT = "(none kept)"
+
+
+def kept_choice(train_now: bool, out_dir=None) -> tuple[list[str], bool, str]:
+    """What notebooks 06 and 07 offer: (the kept ablations for their dropdown, newest last — ``NONE_KEPT`` alone
+    when there is none; whether they read one rather than train, evaluate and judge now; what they say about it)."""
+    kept = committed_ablations(out_dir)
+    use = bool(kept) and not train_now
+    why = ("Reading the committed ablation and its evaluations." if use else
+           "Training, evaluating and judging now (`ARXIVQA_TRAIN_NOW=1`, or none is kept).")
+    return kept or [NONE_KEPT], use, why
+
+
 def read_ablation(name: str, out_dir=None) -> tuple[pd.DataFrame, dict]:
     """(the long score table, what was measured) of a committed ablation; the table has the columns of
     ``judge_scores`` with ``fallback`` as booleans."""
