@@ -74,7 +74,7 @@ def test_a_figure_caption_states_model_scale_steps_and_seed():
     from arxivqa.plots import policy_caption
 
     cap = policy_caption({"base": ("qwen", 0, "-"), "RLVR": ("qwen", 20, 0), "RaR": ("qwen", 10, 0)}, "demo")
-    assert cap == "qwen · demo · steps: RLVR 20, RaR 10 (untrained: base) · seed 0"
+    assert cap == "qwen · demo · steps: RLVR 20, RaR 10 (no GRPO steps: base) · seed 0"
     assert policy_caption({"RLVR": ("qwen", 20, 0), "RaR": ("qwen", 20, 0)}, "full") == "qwen · full · 20 steps · seed 0"
 
 

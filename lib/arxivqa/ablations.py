@@ -214,8 +214,8 @@ def variance_summary(groups: pd.DataFrame, regimes: Sequence[str]) -> dict:
 # --------------------------------------------------------------------------- a committed ablation
 # Judging every held-out trajectory of several policies with several judges takes tens of minutes on 2 cores,
 # so, like a training run, it is measured once by a command and kept in the repository
-# (``results/ablation/<name>.scores.csv`` + ``<name>.json``); notebook 06 reads it unless asked to train and
-# judge anew. The policies and their trajectories are those of committed held-out evaluations
+# (``results/ablation/<name>.scores.csv`` + ``<name>.json``); notebooks 06 and 07 read it unless asked to train
+# and judge anew. The policies and their trajectories are those of committed held-out evaluations
 # (``python -m arxivqa.evaluate ... --name <eval>`` → ``results/eval/<eval>.trajectories.jsonl``).
 
 
@@ -252,7 +252,7 @@ def eval_policies(evals: Sequence[str], folder=None) -> tuple[dict, dict]:
     without their suffix) and their trajectories: ``({name: (training judge, trajectories)}, {name: info})``
     with ``info`` the policy's spec, evaluation, steps, scale, label (``cell_label``) and training judge. One-shot
     baselines have no trajectory and are left out; a policy met again in a later evaluation at the same
-    steps is taken from the first."""
+    steps and with the same decoding (greedy, or sampled: ``evaluate --temperature``) is taken from the first."""
     import json
     from pathlib import Path
 

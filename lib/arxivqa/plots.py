@@ -45,7 +45,8 @@ def drop_table(stem: str, out_dir: Path | None = None) -> bool:
 def policy_caption(policies: Mapping[str, tuple[str, int | str, int | str]], scale: str) -> str:
     """The "model · scale · steps · seed" line of a figure that shows several policies. ``policies`` maps a
     policy's name to (model, training steps, seed) — steps 0 and seed "-" for an untrained model. A value
-    that every policy shares is stated once, differing steps per policy; untrained policies are named."""
+    that every policy shares is stated once, differing steps per policy; policies without GRPO steps (a base model,
+    a warm start) are named."""
     if not policies:
         return scale
     models = list(dict.fromkeys(str(m) for m, _, _ in policies.values()))
@@ -57,7 +58,7 @@ def policy_caption(policies: Mapping[str, tuple[str, int | str, int | str]], sca
     else:
         steps_text = "steps: " + ", ".join(f"{name} {n}" for name, n in trained.items()) if trained else "0 steps"
     if trained and untrained:
-        steps_text += f" (untrained: {', '.join(untrained)})"
+        steps_text += f" (no GRPO steps: {', '.join(untrained)})"
     return f"{' / '.join(models)} · {scale} · {steps_text} · seed {' / '.join(seeds)}"
 
 
