@@ -123,8 +123,7 @@ def _(ablations, budgets, cached_agent_eval, index, kept_pick, mo, plots, qtag, 
     if use_kept:
         kept_scores, kept_meta = ablations.read_ablation(kept_pick.value)
         _info = kept_meta["policies"]
-        caption = plots.policy_caption({n: (i["model"], i["steps"] or 0, i["seed"]) for n, i in _info.items()},
-                                       " / ".join(sorted({f"{i['scale']} index" for i in _info.values()})))
+        caption = ablations.kept_caption(kept_meta)
         _evals = ", ".join(f"`{e}`" for e in kept_meta["evaluations"])
         _sizes = ", ".join(f"{n}: {i['queries']} queries" for n, i in _info.items())
         _msg = (f"Committed ablation `{kept_pick.value}`: {len(_info)} policies from the held-out evaluation(s) {_evals} "

@@ -110,10 +110,9 @@ def _(configured, index, mo, s, train_or_load, use_kept):
 def _(configured, find_run, frontier, get_endpoint, kept_meta, mo, query_run, rar_query_cfg, read_run, s,
       train_judges, use_kept):
     # name -> (policy spec, (model, steps, seed), policy kwargs); trained policies come from the run registry
-    specs = {"base (untrained)": ("local", (get_endpoint("local").model, 0, "-"), {})}
+    specs = ({n: (i["policy"], (i["model"], i["steps"] or 0, i["seed"]), {}) for n, i in kept_meta["policies"].items()}
+             if use_kept else {"base (untrained)": ("local", (get_endpoint("local").model, 0, "-"), {})})
     _runs, _missing = {}, []
-    if use_kept:  # the committed ablation's policies, as they were evaluated
-        specs = {n: (i["policy"], (i["model"], i["steps"] or 0, i["seed"]), {}) for n, i in kept_meta["policies"].items()}
     _rlvr = None if use_kept else find_run(configured("rlvr", s, curriculum=s.curriculum))
     if _rlvr is not None:
         _runs["RLVR"] = _rlvr
@@ -142,8 +141,7 @@ def _(ablations, budgets, cached_agent_eval, frontier, index, kept_meta, kept_pi
     trajs = {}
     if use_kept:  # episodes were run by the committed evaluations; their rows are read below
         labels = {n: i["label"] for n, i in kept_meta["policies"].items()}
-        _scales = " / ".join(sorted({f"{i['scale']} index" for i in kept_meta["policies"].values()}))
-        caption = plots.policy_caption({n: v[1] for n, v in specs.items()}, _scales)
+        caption = ablations.kept_caption(kept_meta)
         where = f"{', '.join(kept_meta['evaluations'])} (ablation {kept_pick.value})"
         _msg = f"{len(specs)} agent policies from the committed evaluation(s) `{where}`.  \n{caption}"
     else:

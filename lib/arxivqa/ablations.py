@@ -361,6 +361,15 @@ def kept_choice(train_now: bool, out_dir=None) -> tuple[list[str], bool, str]:
     return kept or [NONE_KEPT], use, why
 
 
+def kept_caption(meta: dict) -> str:
+    """The "model · scale · steps · seed" line (``plots.policy_caption``) of a committed ablation's policies."""
+    from .plots import policy_caption
+
+    info = meta["policies"]
+    return policy_caption({n: (i["model"], i["steps"] or 0, i["seed"]) for n, i in info.items()},
+                          " / ".join(sorted({f"{i['scale']} index" for i in info.values()})))
+
+
 def read_ablation(name: str, out_dir=None) -> tuple[pd.DataFrame, dict]:
     """(the long score table, what was measured) of a committed ablation; the table has the columns of
     ``judge_scores`` with ``fallback`` as booleans."""
