@@ -117,6 +117,25 @@ def query(papers):
     return Query(qid="q", query="GRPO math reasoning", gold_in_corpus=[target.arxiv_id], difficulty="easy")
 
 
+def test_a_policy_that_renders_its_own_template_sees_its_turns_as_it_wrote_them(built_index, query):
+    """As in a GRPO rollout (TRL keeps the generated tokens): calls written as bare JSON stay bare JSON in
+    the next request; an endpoint policy gets its calls back as structured ``tool_calls`` to answer."""
+    bare = 'Keywords first.\n{"name": "keyword_search", "arguments": {"query": "group relative policy optimization"}}'
+
+    class Verbatim(Scripted):
+        verbatim_context = True
+
+    for policy, verbatim in ((Verbatim([bare]), True), (Scripted([bare]), False)):
+        traj = Agent(policy, Budgets(max_turns=2)).run(query, ArxivEnv(built_index))
+        assert traj.steps[0].assistant.tool_calls[0].name == "keyword_search"
+        turn = [m for m in policy.seen[1] if m["role"] == "assistant"][0]
+        assert policy.seen[1][-1]["role"] == "tool" and "keyword search" in policy.seen[1][-1]["content"]
+        if verbatim:
+            assert turn == {"role": "assistant", "content": bare}
+        else:
+            assert turn["content"] == "Keywords first." and turn["tool_calls"][0]["function"]["name"] == "keyword_search"
+
+
 def test_full_episode_with_parallel_calls_and_finish(built_index, query):
     policy = Scripted([
         "Two angles." + call("keyword_search", query="group relative policy optimization") + call("semantic_search", query="math reasoning RL"),

@@ -165,7 +165,13 @@ class Policy(Protocol):
 class LocalHFPolicy:
     """A causal LM in this process; chat template with tools; greedy unless ``temperature`` > 0. Sampled,
     ``min_p`` (as TRL's GRPOConfig and transformers name it) drops every token whose probability is below
-    ``min_p`` times the most likely one's, after the temperature."""
+    ``min_p`` times the most likely one's, after the temperature.
+
+    ``verbatim_context``: this policy renders its own chat template, so an episode's context keeps each
+    assistant turn as the policy wrote it (``AssistantTurn.raw``), as a GRPO rollout's does (TRL's tool loop
+    concatenates the generated tokens and never re-renders them)."""
+
+    verbatim_context = True
 
     def __init__(self, model: str | None = None, temperature: float = 0.0, threads: int | None = None,
                  adapter: str | os.PathLike | None = None, dtype: str = "auto", name: str | None = None,
@@ -641,7 +647,7 @@ class Agent:
             calls = out.tool_calls
             over = max(0, calls_made + len(calls) - b.max_tool_calls)
             allowed, refused = calls[: len(calls) - over], calls[len(calls) - over:]
-            messages.append(_assistant_message(out, calls))
+            messages.append(_assistant_message(out, calls, verbatim=getattr(self.policy, "verbatim_context", False)))
             if not calls:
                 if out.parse_problems:
                     feedback = "Error: " + "; ".join(out.parse_problems) + \
@@ -678,7 +684,15 @@ class Agent:
         return traj
 
 
-def _assistant_message(out: AssistantTurn, calls: Sequence[ToolCall]) -> dict:
+def _assistant_message(out: AssistantTurn, calls: Sequence[ToolCall], verbatim: bool = False) -> dict:
+    """The assistant turn as the next request carries it. ``verbatim`` (a policy that renders its own chat
+    template): the text it wrote, calls included in whatever form it wrote them, because that is the context
+    its training rollouts had — a policy trained to write its calls as bare JSON lines (``sft.calls_as_text``)
+    and shown them re-rendered in the template's ``<tool_call>`` markers sees a context it never saw (README: a
+    policy that stopped calling ``finish``). Otherwise (an endpoint, which needs calls it can answer): the reasoning text and structured
+    ``tool_calls``."""
+    if verbatim and out.raw:
+        return {"role": "assistant", "content": out.raw}
     msg: dict = {"role": "assistant", "content": out.text or ""}
     if calls:
         msg["tool_calls"] = [{"id": c.id, "type": "function",
