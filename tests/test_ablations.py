@@ -317,6 +317,31 @@ def test_a_committed_ablation_scores_each_block_once_and_reads_back(tmp_path):
                                                                    "one-shot bm25": 0.25}
 
 
+def test_an_ablation_does_not_resume_on_an_evaluation_rerun_since(tmp_path):
+    """Kept scores of trajectories that an evaluation no longer holds are not mixed with new ones."""
+    from arxivqa.ablations import score_committed
+    from arxivqa.records import load_trajectories, save_trajectories
+
+    folder = _committed_eval(tmp_path)
+    judges, calls, out = {"j1": _FixedJudge({"a": 0.9, "b": 0.1}), "j2": _FixedJudge({"a": 0.7, "b": 0.2})}, [], tmp_path / "abl"
+    score_committed([str(folder / "ev")], ["j1"], "abl", out_dir=out, opener=_opener(calls, judges), progress=False)
+    # the same evaluation again, same episodes: the ablation goes on with the judge it lacks
+    score_committed([str(folder / "ev")], ["j1", "j2"], "abl", out_dir=out, opener=_opener(calls, judges), progress=False)
+    assert [c[0] for c in calls] == ["j1", "j1", "j2", "j2"]
+    # the evaluation rerun: the RaR policy now submits nothing in its first episode
+    path = folder / "ev.trajectories.jsonl"
+    trajs = load_trajectories(path)
+    trajs[2] = trajs[2].model_copy(update={"submitted": []})
+    save_trajectories(path, trajs)
+    with pytest.raises(ValueError, match=r"scored other trajectories of \['RaR · global'\]"):
+        score_committed([str(folder / "ev")], ["j1", "j2"], "abl", out_dir=out, opener=_opener(calls, judges),
+                        progress=False)
+    assert len(calls) == 4
+    # under another name it is scored afresh
+    score_committed([str(folder / "ev")], ["j1"], "abl2", out_dir=out, opener=_opener(calls, judges), progress=False)
+    assert len(calls) == 6
+
+
 def test_an_evaluation_that_is_not_there_is_a_clear_error(tmp_path):
     from arxivqa.ablations import eval_policies
 

@@ -285,12 +285,30 @@ def eval_policies(evals: Sequence[str], folder=None) -> tuple[dict, dict]:
             policies[name] = (d["training_judge"], trajs)
             info[name] = {"policy": spec, "evaluation": report_path.name, "steps": steps, "scale": bench.get("scale"),
                           "queries": len(trajs), "training_judge": d["training_judge"], "model": d["model"],
-                          "seed": d["seed"],
+                          "seed": d["seed"], "trajectories_sha256": trajectories_digest(trajs),
                           "sampling": sampling,
                           "label": cell_label(d["model"], f"{bench.get('scale') or '?'} index", d["seed"], steps) + how}
     if not policies:
         raise ValueError(f"the evaluations {list(evals)} hold no agent trajectory")
     return policies, info
+
+
+def trajectories_digest(trajs) -> str:
+    """A fingerprint of what a judge reads of ``trajs`` (their records, in order): the same evaluation rerun
+    with other episodes has another."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in trajs:
+        h.update(t.model_dump_json().encode())
+    return h.hexdigest()
+
+
+def stale_blocks(meta: dict, info: dict) -> list[str]:
+    """The policies an earlier run of an ablation scored on other trajectories than ``info``'s (their
+    evaluation was rerun since), or without a fingerprint to tell."""
+    return [n for n, old in (meta.get("policies") or {}).items()
+            if n in info and old.get("trajectories_sha256") != info[n]["trajectories_sha256"]]
 
 
 def score_committed(evals: Sequence[str], judge_names: Sequence[str], name: str, out_dir=None,
@@ -315,6 +333,11 @@ def score_committed(evals: Sequence[str], judge_names: Sequence[str], name: str,
     labels = {n: i["label"] for n, i in info.items()}
     done = pd.read_csv(csv_path) if csv_path.exists() else pd.DataFrame(columns=[*SCORE_COLUMNS, "label"])
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    stale = stale_blocks(meta, info) if len(done) else []
+    if stale:
+        raise ValueError(f"the ablation {name!r} scored other trajectories of {stale} than their evaluations hold "
+                         f"now (rerun since): remove {csv_path} and {meta_path} to score them again, or give "
+                         "another --name")
     stats = meta.get("judges", {})
     with opener(list(judge_names)) as judges:
         for jname, judge in judges.items():
