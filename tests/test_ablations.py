@@ -337,6 +337,10 @@ def test_an_ablation_does_not_resume_on_an_evaluation_rerun_since(tmp_path):
         score_committed([str(folder / "ev")], ["j1", "j2"], "abl", out_dir=out, opener=_opener(calls, judges),
                         progress=False)
     assert len(calls) == 4
+    # kept scores without their fingerprints (the record of what they scored lost) are not trusted either
+    (out / "abl.json").unlink()
+    with pytest.raises(ValueError, match="scored other trajectories"):
+        score_committed([str(folder / "ev")], ["j1"], "abl", out_dir=out, opener=_opener(calls, judges), progress=False)
     # under another name it is scored afresh
     score_committed([str(folder / "ev")], ["j1"], "abl2", out_dir=out, opener=_opener(calls, judges), progress=False)
     assert len(calls) == 6

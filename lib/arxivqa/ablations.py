@@ -304,11 +304,12 @@ def trajectories_digest(trajs) -> str:
     return h.hexdigest()
 
 
-def stale_blocks(meta: dict, info: dict) -> list[str]:
-    """The policies an earlier run of an ablation scored on other trajectories than ``info``'s (their
-    evaluation was rerun since), or without a fingerprint to tell."""
-    return [n for n, old in (meta.get("policies") or {}).items()
-            if n in info and old.get("trajectories_sha256") != info[n]["trajectories_sha256"]]
+def stale_blocks(meta: dict, info: dict, scored) -> list[str]:
+    """Of the policies ``scored`` (names with kept scores), those whose kept scores are of other trajectories
+    than ``info``'s (their evaluation was rerun since), or that ``meta`` keeps no fingerprint of."""
+    kept = meta.get("policies") or {}
+    return [n for n in dict.fromkeys(scored)
+            if n in info and (kept.get(n) or {}).get("trajectories_sha256") != info[n]["trajectories_sha256"]]
 
 
 def score_committed(evals: Sequence[str], judge_names: Sequence[str], name: str, out_dir=None,
@@ -333,7 +334,7 @@ def score_committed(evals: Sequence[str], judge_names: Sequence[str], name: str,
     labels = {n: i["label"] for n, i in info.items()}
     done = pd.read_csv(csv_path) if csv_path.exists() else pd.DataFrame(columns=[*SCORE_COLUMNS, "label"])
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    stale = stale_blocks(meta, info) if len(done) else []
+    stale = stale_blocks(meta, info, done["policy"])
     if stale:
         raise ValueError(f"the ablation {name!r} scored other trajectories of {stale} than their evaluations hold "
                          f"now (rerun since): remove {csv_path} and {meta_path} to score them again, or give "

@@ -688,9 +688,9 @@ def _assistant_message(out: AssistantTurn, calls: Sequence[ToolCall], verbatim: 
     """The assistant turn as the next request carries it. ``verbatim`` (a policy that renders its own chat
     template): the text it wrote, calls included in whatever form it wrote them, because that is the context
     its training rollouts had — a policy trained to write its calls as bare JSON lines (``sft.calls_as_text``)
-    and shown them re-rendered in the template's ``<tool_call>`` markers sees a context it never saw (README: a
-    policy that stopped calling ``finish``). Otherwise (an endpoint, which needs calls it can answer): the reasoning text and structured
-    ``tool_calls``."""
+    and shown them re-rendered in the template's ``<tool_call>`` markers sees a context it never saw (README,
+    "A train/eval context mismatch"). Otherwise (an endpoint, which needs calls it can answer): the reasoning
+    text and structured ``tool_calls``."""
     if verbatim and out.raw:
         return {"role": "assistant", "content": out.raw}
     msg: dict = {"role": "assistant", "content": out.text or ""}
