@@ -167,7 +167,8 @@ warm-start-mix: setup $(RS_DEMOS)  ## -rsf's demonstrations + the teacher's in t
 
 # A warm start trained again from its committed record and demonstrations (results/warm_start/$(WARM)/demos/, kept by
 # every `sft train` since they were committed): the same build, so the runs trained from it continue here; fails,
-# naming what differs, if the training here does not give the recorded figures (~30 min for -mix-compact-text).
+# naming what differs, if the training here does not give the recorded figures (~30 min for -mix-compact-text); the
+# figures need the same arithmetic: -mix-compact-text build 3 was trained in bfloat16, on a CPU with bf16 units (AMX).
 WARM ?= $(WARM_MODEL)-mix-compact-text
 warm-start-again: setup  ## the warm start WARM trained again from its committed demonstrations -> data/models/$(WARM) (the same build)
 	$(PY) -m arxivqa.sft rebuild $(WARM)

@@ -175,6 +175,7 @@ def test_a_published_warm_start_is_trained_again_to_the_same_build_from_its_comm
     tiny = SFTSettings(model=tiny_qwen, epochs=1, batch_size=1, lora_r=2, max_length=2400, threads=2, dtype="float32")
     model = tmp_path / "models" / "tiny-warm"
     first = warm_start_from_demos([demo_file], model, tiny, "cpu-warm-compact")
+    assert first["arithmetic"]["dtype"] == "float32"  # what the rebuild compares before training again
     kept = publish_warm_start(model, [demo_file])
     assert sorted(p.name for p in (kept / "demos").iterdir()) == ["demos-teacher.jsonl.gz"]
     assert json.loads((kept / "demos.json").read_text())["files"] == ["demos-teacher.jsonl"]
@@ -221,6 +222,33 @@ def test_a_published_warm_start_is_trained_again_to_the_same_build_from_its_comm
     assert (model / "sft.json").read_text() == before
     staged = json.loads((tmp_path / "models" / "tiny-warm.rebuild" / "rebuild.json").read_text())
     assert not staged["reproduced"] and staged["left_in_place"] == str(model)
+
+
+def test_a_rebuild_refuses_up_front_where_the_recorded_arithmetic_is_not_this_machines(tmp_path, monkeypatch):
+    """A build trained in bfloat16 on a CPU with bf16 units cannot be reproduced bit for bit in float32 (or with
+    another PyTorch): ``sft rebuild`` says so before training, not after it, and ``--force`` is the way past."""
+    import gzip
+    import json
+
+    from arxivqa.models import arithmetic
+    from arxivqa.sft import main, rebuild_from_record
+
+    monkeypatch.setenv("ARXIVQA_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("ARXIVQA_MODELS_DIR", str(tmp_path / "models"))
+    kept = tmp_path / "results" / "warm_start" / "some-warm"
+    (kept / "demos").mkdir(parents=True)
+    with gzip.open(kept / "demos" / "demos-teacher.jsonl.gz", "wt") as f:
+        f.write("")
+    (kept / "demos.json").write_text(json.dumps({"files": ["demos-teacher.jsonl"]}))
+    here = arithmetic("float32")
+    there = here | {"torch": here["torch"] + "-elsewhere"}
+    (kept / "sft.json").write_text(json.dumps({"base": "x", "settings": {"dtype": "float32"}, "arithmetic": there,
+                                               "demos": 1}))
+    with pytest.raises(ValueError, match=r"other arithmetic.*torch .*-elsewhere there"):
+        rebuild_from_record("some-warm")
+    with pytest.raises(SystemExit, match="--force"):
+        main(["rebuild", "some-warm"])
+    assert not (tmp_path / "models").exists()  # nothing was trained or staged
 
 
 def test_only_selected_demonstrations_are_trained_on():

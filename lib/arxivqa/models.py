@@ -365,6 +365,22 @@ def resolve_dtype(dtype: str) -> str:
     return ("bfloat16" if cpu_has_bf16() else "float32") if dtype == "auto" else dtype
 
 
+def arithmetic(dtype: str) -> dict:
+    """What decides a CPU training's bits besides its inputs: the dtype it ran in (``dtype``: a setting, ``auto``
+    resolved here), whether the CPU has bfloat16 matrix units, the PyTorch version. Kept in an SFT record
+    (``sft.json``'s ``arithmetic``; not one of ``BUILD_KEYS``), so that ``sft rebuild`` can tell up front that
+    a machine cannot give the recorded build."""
+    import torch
+
+    return {"dtype": resolve_dtype(dtype), "cpu_bf16_units": cpu_has_bf16(), "torch": torch.__version__}
+
+
+def arithmetic_differs(recorded: dict | None, here: dict) -> list[str]:
+    """The keys of ``arithmetic`` in which ``recorded`` (an SFT record's, None for records made before it was
+    kept) and ``here`` differ."""
+    return [k for k in ("dtype", "cpu_bf16_units", "torch") if recorded and recorded.get(k) != here.get(k)]
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 

@@ -586,7 +586,7 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     from trl import SFTConfig, SFTTrainer
 
     from .agent import tool_schemas
-    from .models import resolve_dtype, resolve_model
+    from .models import arithmetic, resolve_dtype, resolve_model
     from .train import lora_norm
 
     s = s or SFTSettings()
@@ -638,8 +638,8 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     info = {"base": s.model, "demos": len(rows), "tokens": tokens, "assistant_tokens": assistant,
             "arguments_dropped": dropped_arguments, "lora_norm": moved, "settings": s.model_dump(), "train_seconds": seconds,
             "steps": trainer.state.global_step, "first_loss": log[0]["loss"] if log else None,
-            "last_loss": log[-1]["loss"] if log else None, "adapter_sha256": weights, **(meta or {}),
-            "log": trainer.state.log_history}
+            "last_loss": log[-1]["loss"] if log else None, "adapter_sha256": weights,
+            "arithmetic": arithmetic(s.dtype), **(meta or {}), "log": trainer.state.log_history}
     atomic_write_text(out / "sft.json", json.dumps(info, indent=2, default=str))
     return info
 
@@ -679,10 +679,13 @@ def rebuild_from_record(record: str | Path, out: str | Path | None = None, force
     A model already in ``out`` with the recorded build is not trained again (``already``; ``force`` trains it
     again all the same). The new build is trained into ``<out>.rebuild`` and takes ``out``'s place only if it
     reproduces the record or ``out`` holds no model: another build never replaces a model that runs may have
-    been trained from; it stays in ``<out>.rebuild`` (``left_in_place`` names the model left as it was)."""
+    been trained from; it stays in ``<out>.rebuild`` (``left_in_place`` names the model left as it was).
+
+    A record that says its arithmetic (``models.arithmetic``: dtype, bfloat16 units, PyTorch) is not trained
+    again where this machine's differs — the figures could not agree — unless ``force`` (ValueError)."""
     from .config import settings
     from .files import atomic_write_json
-    from .models import BUILD_KEYS, build_digest, warm_start_dir, warm_start_identity
+    from .models import BUILD_KEYS, arithmetic, arithmetic_differs, build_digest, warm_start_dir, warm_start_identity
 
     folder = Path(record)
     if not (folder / "sft.json").exists():
@@ -705,6 +708,15 @@ def rebuild_from_record(record: str | Path, out: str | Path | None = None, force
     if not force and here and here["build_sha256"] == recorded:
         return {"record": str(folder), "model": str(out), "reproduced": True, "already": True, "differs": [],
                 "build_sha256": recorded, "recorded_build_sha256": recorded}
+    here_arith = arithmetic(info["settings"].get("dtype", "auto"))
+    other = arithmetic_differs(info.get("arithmetic"), here_arith)
+    if other and not force:
+        raise ValueError(
+            f"{folder}: this build was trained with other arithmetic than this machine's ("
+            + ", ".join(f"{k} {info['arithmetic'].get(k)} there, {here_arith[k]} here" for k in other)
+            + "): the same demonstrations give other figures, so the rebuild cannot reproduce the build (runs trained "
+            "from it cannot continue on it). Rebuild it on a machine like the recorded one, or train another build "
+            "all the same with --force (it is reported as another build)")
     staged = out.with_name(out.name + ".rebuild")
     shutil.rmtree(staged, ignore_errors=True)
     new = warm_start_from_demos(files, staged, SFTSettings(**info["settings"]), info.get("prompt_preset", "cpu-warm"),
@@ -717,7 +729,9 @@ def rebuild_from_record(record: str | Path, out: str | Path | None = None, force
     report = {"record": str(folder), "model": str(out), "reproduced": not differs, "already": False,
               "differs": differs, "build_sha256": digest, "recorded_build_sha256": recorded,
               **{k: [info.get(k), new.get(k)] for k in ("demos", "first_loss", "last_loss", "lora_norm")},
-              "train_seconds": new.get("train_seconds")}
+              "train_seconds": new.get("train_seconds"),
+              # records made before the arithmetic was kept do not say theirs (None): then only the figures tell
+              "arithmetic": [info.get("arithmetic"), new.get("arithmetic")]}
     if not differs or not (out / "config.json").exists():
         shutil.rmtree(out, ignore_errors=True)
         staged.rename(out)
@@ -867,7 +881,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("record", help="a warm start's name or its record folder (results/warm_start/<name>[/build-<sha>])")
     r.add_argument("--out", default=None, help="default: <models>/<name>")
     r.add_argument("--force", action="store_true",
-                   help="train it again even where <out> already holds the recorded build")
+                   help="train it again even where <out> already holds the recorded build, or where the record's "
+                        "arithmetic (dtype, bf16 units, PyTorch) is not this machine's")
     e = sub.add_parser("eval", help="a warm-started model and the teacher on dev queries (rollout prompt, view, budgets)")
     e.add_argument("--model", required=True, help="a model folder (e.g. the output of `train`) or packaged name")
     e.add_argument("--limit", type=int, default=20)
@@ -919,7 +934,10 @@ def main(argv: list[str] | None = None) -> None:
         publish_warm_start(a.out, a.demos)
         print(json.dumps({k: v for k, v in info.items() if k != "log"}, indent=2, default=str))
     elif a.cmd == "rebuild":
-        out = rebuild_from_record(a.record, a.out, force=a.force)
+        try:
+            out = rebuild_from_record(a.record, a.out, force=a.force)
+        except ValueError as exc:  # another arithmetic: said before training, not after half an hour
+            raise SystemExit(str(exc)) from None
         print(json.dumps(out, indent=2))
         if out.get("already"):
             print(f"{out['model']} already holds the recorded build: not trained again (--force to train it again)")
