@@ -222,6 +222,14 @@ def test_a_published_warm_start_is_trained_again_to_the_same_build_from_its_comm
     assert (model / "sft.json").read_text() == before
     staged = json.loads((tmp_path / "models" / "tiny-warm.rebuild" / "rebuild.json").read_text())
     assert not staged["reproduced"] and staged["left_in_place"] == str(model)
+    # a record whose first step this machine does not give (as a CPU with other arithmetic would not): refused
+    # after that one step, before the whole build is trained, and nothing is left
+    rec = json.loads((kept / "sft.json").read_text())
+    rec["log"][0]["loss"] += 1e-6
+    (kept / "sft.json").write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match=r"first SFT step here gives loss .*recorded"):
+        rebuild_from_record("tiny-warm", out=tmp_path / "third")
+    assert not (tmp_path / "third").exists() and not (tmp_path / "third.rebuild").exists()
 
 
 def test_a_rebuild_refuses_up_front_where_the_recorded_arithmetic_is_not_this_machines(tmp_path, monkeypatch):

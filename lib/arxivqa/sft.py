@@ -573,12 +573,13 @@ def training_template(tokenizer) -> str | None:
 
 def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = None,
               system_prompt: str | None = None, meta: dict | None = None, user_template: str | None = None,
-              tools: list[dict] | None = None) -> dict:
+              tools: list[dict] | None = None, first_step_only: bool = False) -> dict:
     """LoRA SFT on the selected demonstrations (loss on assistant tokens only); the adapter is merged and
     the model saved to ``out`` (a folder ``from_pretrained`` reads). ``system_prompt``: the rollouts' prompt,
     put in place of each demonstration's recorded one; ``tools``: the rollouts' tool schemas (default
     ``ArxivEnv``'s, ``agent.tool_schemas``); ``meta``: more to record in ``sft.json``. Returns what was
-    measured."""
+    measured. ``first_step_only``: one optimiser step and nothing saved — its log row (loss, gradient norm,
+    token accuracy, all read before the update) is the full training's first (``rebuild_from_record``'s probe)."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -610,7 +611,8 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
                      per_device_train_batch_size=s.batch_size, gradient_accumulation_steps=1,
                      max_length=s.max_length, assistant_only_loss=True, logging_steps=1, save_strategy="no",
                      report_to="none", seed=s.seed, use_cpu=not torch.cuda.is_available(),
-                     bf16=dtype == "bfloat16", lr_scheduler_type="cosine", warmup_steps=1)
+                     bf16=dtype == "bfloat16", lr_scheduler_type="cosine", warmup_steps=1,
+                     **({"max_steps": 1} if first_step_only else {}))
     peft = LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=0.0, target_modules=s.lora_targets,
                       task_type="CAUSAL_LM")
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
@@ -626,6 +628,10 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
     t0 = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - t0
+    if first_step_only:
+        shutil.rmtree(work, ignore_errors=True)
+        return {"log": [r for r in trainer.state.log_history if "loss" in r][:1], "train_seconds": seconds,
+                "arithmetic": arithmetic(s.dtype)}
     moved = lora_norm(trainer.model)
     save_adapter(trainer.model, out / "adapter", base=s.model)  # `models` rebuilds the merged model from it where it is kept
     weights = hashlib.sha256((out / "adapter" / "adapter_model.safetensors").read_bytes()).hexdigest()
@@ -646,7 +652,7 @@ def train_sft(demos: Sequence[Demo], out: str | Path, s: SFTSettings | None = No
 
 def warm_start_from_demos(files: Sequence[str | Path], out: str | Path, s: SFTSettings, preset_name: str = "cpu-warm",
                           stripped: bool = False, limit: int | None = None, skip: int = 0,
-                          names: Sequence[str] | None = None) -> dict:
+                          names: Sequence[str] | None = None, first_step_only: bool = False) -> dict:
     """The warm start ``out`` trained on the demonstration ``files`` in the rollout view of the training
     preset ``preset_name`` (its system prompt, user message and tool schemas): ``spread`` over queries (after
     ``strip_refused`` if ``stripped``), LoRA SFT (``train_sft``), and ``demos.json`` written beside
@@ -663,9 +669,16 @@ def warm_start_from_demos(files: Sequence[str | Path], out: str | Path, s: SFTSe
     info = train_sft(demos, out, s, system_prompt=prompt_for(run_cfg), user_template=run_cfg.user_template,
                      tools=tool_schemas(make_env(schemas=run_cfg.tool_schemas)),
                      meta={"demos_file": ", ".join(names), "strip_refused": stripped, "skipped": skip,
-                           "prompt_preset": preset_name, "tool_schemas": run_cfg.tool_schemas})
+                           "prompt_preset": preset_name, "tool_schemas": run_cfg.tool_schemas},
+                     first_step_only=first_step_only)
+    if first_step_only:
+        return info
     atomic_write_json(Path(out) / "demos.json", demos_record(raw, names, stripped))
     return info
+
+
+# a training log row's figures read before the first update: the same inputs and arithmetic give them bit for bit
+FIRST_STEP_KEYS = ("loss", "grad_norm", "mean_token_accuracy")
 
 
 def rebuild_from_record(record: str | Path, out: str | Path | None = None, force: bool = False) -> dict:
@@ -682,7 +695,10 @@ def rebuild_from_record(record: str | Path, out: str | Path | None = None, force
     been trained from; it stays in ``<out>.rebuild`` (``left_in_place`` names the model left as it was).
 
     A record that says its arithmetic (``models.arithmetic``: dtype, bfloat16 units, PyTorch) is not trained
-    again where this machine's differs — the figures could not agree — unless ``force`` (ValueError)."""
+    again where this machine's differs — the figures could not agree — and before the full training one step
+    is trained (``first_step_only``) and its figures (``FIRST_STEP_KEYS``) compared with the record's first log
+    row: where they differ, nothing more is trained (ValueError), one step where the build takes 24 (the
+    committed ``-mix-compact-text``). ``force`` skips both checks."""
     from .config import settings
     from .files import atomic_write_json
     from .models import BUILD_KEYS, arithmetic, arithmetic_differs, build_digest, warm_start_dir, warm_start_identity
@@ -719,9 +735,22 @@ def rebuild_from_record(record: str | Path, out: str | Path | None = None, force
             "all the same with --force (it is reported as another build)")
     staged = out.with_name(out.name + ".rebuild")
     shutil.rmtree(staged, ignore_errors=True)
-    new = warm_start_from_demos(files, staged, SFTSettings(**info["settings"]), info.get("prompt_preset", "cpu-warm"),
-                                bool(info.get("strip_refused")), info["demos"], info.get("skipped", 0),
-                                names=used["files"])
+    again = dict(preset_name=info.get("prompt_preset", "cpu-warm"), stripped=bool(info.get("strip_refused")),
+                 limit=info["demos"], skip=info.get("skipped", 0), names=used["files"])
+    first = next((r for r in info.get("log") or [] if "loss" in r), None)
+    if first is not None and not force:  # one step first: a machine that cannot give the build says so after 1 of its steps
+        probe = warm_start_from_demos(files, staged, SFTSettings(**info["settings"]), first_step_only=True, **again)
+        got = (probe["log"] or [{}])[0]
+        apart = [k for k in FIRST_STEP_KEYS if k in first and got.get(k) != first[k]]
+        if apart:
+            raise ValueError(
+                f"{folder}: the first SFT step here gives "
+                + ", ".join(f"{k} {got.get(k)!r} (recorded {first[k]!r})" for k in apart)
+                + f" with {probe['arithmetic']['dtype']} arithmetic: this machine cannot reproduce the build (its "
+                "arithmetic differs from the one that trained it), so runs trained from it cannot continue on what it "
+                "would make. Rebuild it on a machine like the recorded one, or train another build all the same with "
+                "--force (it is reported as another build)")
+    new = warm_start_from_demos(files, staged, SFTSettings(**info["settings"]), **again)
     digest = build_digest(new)
     differs = [k for k in BUILD_KEYS if k != "log" and new.get(k) != info.get(k)]
     if digest != recorded and not differs:
