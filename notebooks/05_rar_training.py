@@ -159,11 +159,15 @@ def _(mo, pd, plt, rar, rar_info, rlvr, rlvr_info, s, save, save_table, sns):
     save(fig, "05_rlvr_vs_rar.png")
     _cols = ["tool_calls", "distinct_tools", "turns", "search_turns", "search_recall", "single_kw_single_sem",
              "submitted", "fm_no_exploration", "fm_rephrasing", "fm_latent_knowledge", "fm_no_reasoning_between_calls"]
-    table = _both.groupby("regime")[_cols].mean().reset_index()
-    _ent = _logs.groupby("regime")["entropy"].mean().rename("entropy").reset_index()
+    # the means over the steps both runs trained: a run kept unfinished is compared with the other's same steps
+    _last = int(_both.groupby("regime")["step"].max().min())
+    table = _both[_both["step"] <= _last].groupby("regime")[_cols].mean().reset_index()
+    _ent = _logs[_logs["step"] <= _last].groupby("regime")["entropy"].mean().rename("entropy").reset_index()
     table = table.merge(_ent, on="regime")
+    table.insert(1, "steps", f"1-{_last}")
     save_table(table, "05_rlvr_vs_rar")
-    mo.vstack([mo.md("## RLVR vs. RaR on the same diagnostics (means over all steps)"),
+    mo.vstack([mo.md(f"## RLVR vs. RaR on the same diagnostics (means over steps 1–{_last}, which "
+                     f"{'both runs trained' if rlvr is not None else 'the run trained'}; the curves show every step)"),
                mo.ui.table(table, selection=None), fig])
     return
 
