@@ -239,17 +239,29 @@ train-rar-long: setup-judge  ## the committed RaR run (cpu-warm, LONG_STEPS step
 
 # The RaR run beside the committed mixtext3 RLVR pair: the uniform run's warm-start build and settings (the
 # -mix-compact-text build, cpu-warm-compact, T 1.0, min-p 0.1, 1536 completion tokens), reward rar with RAR_JUDGE
-# and the global rubric. Like train-long-mix, it continues only on the build it was trained from.
-MIX_RAR_RUN := rar-cpu-warm-compact-mixtext3-t1.0-minp0.1-c1536-$(subst :,-,$(RAR_JUDGE))-global-$(LONG_STEPS)steps-seed0
+# and RAR_RUBRIC (global: the seed's rubric; query: each query's own, RAR_JUDGE=explicit:<model> after make
+# rubrics). Like train-long-mix, it continues only on the build it was trained from.
+RAR_RUBRIC ?= global
+MIX_RAR_RUN := rar-cpu-warm-compact-mixtext3-t1.0-minp0.1-c1536-$(subst :,-,$(RAR_JUDGE))-$(RAR_RUBRIC)-$(LONG_STEPS)steps-seed0
 train-rar-mix: setup-judge  ## the RaR run from the -mix-compact-text warm start (the mixtext3 RLVR settings, judge RAR_JUDGE) -> results/runs/
 	$(NEED_MIX)
 	$(PY) -m arxivqa.index build --embedder minilm-128
 	run=data/runs/$(MIX_RAR_RUN); \
 	  $(REVIVE); \
 	  resume=$$([ -f $$run/config.json ] && echo --resume); \
-	  $(PY) -m arxivqa.train --preset cpu-warm-compact --reward rar --set judge_endpoint=$(RAR_JUDGE) --set judge_rubric=global \
+	  $(PY) -m arxivqa.train --preset cpu-warm-compact --reward rar --set judge_endpoint=$(RAR_JUDGE) --set judge_rubric=$(RAR_RUBRIC) \
 	    $(MIX_SETS) --set curriculum=uniform --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
 	  $(PY) -m arxivqa.train export $$run
+
+# The query-specific rubrics (RaR-Explicit) of the train queries, written once by RUBRIC_WRITER (a generating
+# endpoint of configs/endpoints.toml) into results/query_rubrics.json, where explicit:<model> reads them; resumable.
+# The packaged 1.5B's rubrics were generic or self-contradictory (README: "Query-specific rubrics by probabilities"):
+# a stronger writer (a vLLM server, a hosted API) is what this is for.
+# A query-specific RaR run: make rubrics, then make train-rar-mix RAR_JUDGE=explicit:qwen2.5-coder-1.5b-instruct RAR_RUBRIC=query
+RUBRIC_WRITER ?= local-1.5b
+.PHONY: rubrics
+rubrics: setup-judge  ## query-specific rubrics of the train queries by RUBRIC_WRITER -> results/query_rubrics.json
+	$(PY) -m arxivqa.judge rubrics --writer $(RUBRIC_WRITER) --split train
 
 # The committed judge ablation that notebooks 06 and 07 read: the trajectories of committed held-out evaluations
 # (results/eval/<name>.trajectories.jsonl) judged by each of ABLATION_JUDGES; resumable (a rerun with the same

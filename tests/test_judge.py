@@ -511,3 +511,68 @@ def test_the_judge_precision_benchmark_judges_the_same_pairs_at_each_precision(t
     assert out["precisions"]["int8"]["scores"] != out["precisions"]["float32"]["scores"]
     with pytest.raises(ValueError, match="unknown precision"):
         bench_judge_precision(tiny_qwen, "expected", precisions=("fp8",), out_dir=tmp_path)
+
+
+def test_query_specific_rubrics_are_written_once_per_query_kept_and_resumed(scripted_endpoint, tmp_path):
+    from arxivqa.judge import load_rubrics, write_rubrics
+
+    rb = QueryRubric(criteria=[Criterion(text="covers sparse attention", weight="essential"),
+                               Criterion(text="Avoids vision papers", weight="pitfall")])
+    asked = []
+
+    def reply(body):
+        q = body["messages"][-1]["content"]
+        asked.append(q)
+        return "not a rubric" if "unwritable" in q else rb.model_dump_json()
+
+    srv = scripted_endpoint(reply)
+    llm = LLM(Endpoint(name="w", model="m", base_url=srv.base_url, transport_retries=0, max_retries=1))
+    out = tmp_path / "rubrics.json"
+    data = write_rubrics(["sparse attention", "unwritable query", "sparse attention"], "w", out, llm=llm)
+    assert data["rubrics"]["sparse attention"] == rb.model_dump() and data["rubrics"]["unwritable query"] is None
+    assert load_rubrics(out) == {"sparse attention": rb}  # a rubric that could not be written is left out
+    n = len(asked)
+    write_rubrics(["sparse attention", "unwritable query"], "w", out, llm=llm)
+    assert len(asked) > n and all("unwritable" in q for q in asked[n:])  # only the missing one is asked again
+    with pytest.raises(ValueError, match="another --out"):
+        write_rubrics(["sparse attention"], "another-writer", out, llm=llm)
+    with pytest.raises(FileNotFoundError, match="arxivqa.judge rubrics"):
+        load_rubrics(tmp_path / "none.json")
+
+
+def test_explicit_scoring_weighs_each_criterion_of_the_querys_own_rubric_by_p_yes(tiny_qwen, tmp_path, monkeypatch):
+    import json
+    from types import SimpleNamespace
+
+    import torch
+
+    from arxivqa.judge import EXPLICIT_QUESTION, WEIGHTS, ProbabilityJudge, make_judge, rar_scorer
+    from arxivqa.rewards import RewardConfig
+
+    rb = QueryRubric(criteria=[Criterion(text="covers sparse attention", weight="essential"),
+                               Criterion(text="finds linear-time variants", weight="optional"),
+                               Criterion(text="Avoids unrelated vision papers", weight="pitfall")])
+    judge = make_judge(f"explicit:{tiny_qwen}")
+    assert isinstance(judge, ProbabilityJudge) and judge.scoring == "explicit"
+    judge.rubrics = {"sparse attention": rb}
+    t, other = traj(), traj(query="a query without a rubric")
+    res = judge.score_batch([t, other])
+    yes = judge.criteria_yes(t, {f"q{i}": EXPLICIT_QUESTION.format(criterion=c.text) for i, c in enumerate(rb.criteria)})
+    w = [WEIGHTS[c.weight] for c in rb.criteria]
+    assert res[0].score == pytest.approx(sum(wi * yes[f"q{i}"] for i, wi in enumerate(w)) / sum(w))
+    assert not res[0].fallback and res[0].parts == {"explicit_yes": res[0].score}
+    assert res[1].fallback and "no query-specific rubric" in res[1].error and judge.fallbacks == 1
+    with torch.no_grad():  # a model with no preference: P(yes) = 1/2 for every criterion
+        judge.model.model.norm.weight.zero_()
+    assert judge.score_batch([t])[0].score == pytest.approx(0.5)
+
+    # as a RaR run's training judge: query-specific rubrics only, read before the first step
+    cfg = SimpleNamespace(judge_endpoint=f"explicit:{tiny_qwen}", judge_rubric="query", rewards=RewardConfig())
+    monkeypatch.setenv("ARXIVQA_RESULTS_DIR", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="arxivqa.judge rubrics"):
+        rar_scorer(cfg)
+    (tmp_path / "query_rubrics.json").write_text(json.dumps(
+        {"writer": "local", "prompt_sha256": "x", "rubrics": {"sparse attention": rb.model_dump()}}))
+    assert rar_scorer(cfg).judge.rubrics == {"sparse attention": rb}
+    with pytest.raises(ValueError, match="query-specific"):
+        rar_scorer(SimpleNamespace(judge_endpoint=f"explicit:{tiny_qwen}", judge_rubric="global", rewards=None))

@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     m = sub.add_parser("measure", help="judges on the set -> results/judge_validity.json")
     m.add_argument("--set", default=None, help="default: results/judge_validity_set.json.gz")
     m.add_argument("--judges", nargs="+", default=["local"],
-                   help="judge names: an endpoint (local, ...), expected:<model>, yesno:<model>, docs[+abstract]:<model> or blend[+abstract]:<model>, each with an optional +lines (the lines layout; judge.make_judge)")
+                   help="judge names: an endpoint (local, ...), expected:<model>, yesno:<model>, docs[+abstract]:<model>, blend[+abstract]:<model> or explicit:<model> (the query rubrics of python -m arxivqa.judge rubrics), each with an optional +lines (the lines layout; judge.make_judge)")
     c = sub.add_parser("combine", help="a judge that is the mean of measured judges' scores, without judging again")
     c.add_argument("judges", nargs="+", help="judges already in results/judge_validity.json (on the same set)")
     c.add_argument("--name", default=None, help="default: mean(<judge>, <judge>, ...)")
