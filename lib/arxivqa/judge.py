@@ -442,7 +442,8 @@ def load_rubrics(path: str | Path | None = None) -> dict[str, QueryRubric]:
     path = Path(path) if path else rubrics_path()
     if not path.exists():
         raise FileNotFoundError(f"no query-specific rubrics at {path}: write them with `python -m arxivqa.judge "
-                                f"rubrics --writer <endpoint>` (a generating LLM; the packaged `local` works offline)")
+                                f"rubrics --writer <endpoint>` (a generating endpoint: the packaged ones run offline, but the 1.5B's rubrics "
+                                f"were unusable — README, 'Query-specific rubrics by probabilities')")
     data = json.loads(path.read_text())
     return {q: QueryRubric.model_validate(r) for q, r in data["rubrics"].items() if r is not None}
 
@@ -565,7 +566,7 @@ class ProbabilityJudge:
     it, checked each time); ``reuse_prefix=False`` is the plain path, kept to check against.
     """
 
-    def __init__(self, model: str, scoring: Literal["expected", "yesno", "docs", "blend"] = "expected", rubric: str = RUBRIC,
+    def __init__(self, model: str, scoring: Literal["expected", "yesno", "docs", "blend", "explicit"] = "expected", rubric: str = RUBRIC,
                  max_prompt_tokens: int = 6144, sanitise: bool = True, dtype: str = "auto",
                  paper_text: Literal["title", "abstract"] = "title", abstracts=None, reuse_prefix: bool = True,
                  layout: Literal["json", "lines"] = "json", rubrics: dict[str, QueryRubric] | None = None) -> None:
@@ -673,7 +674,7 @@ class ProbabilityJudge:
         head = head[: head.rindex("QUESTION:") + len("QUESTION:")]
         _, past = self._next_probs(self._fits(self.tokenizer(head, return_tensors="pt", add_special_tokens=False).input_ids))
         out = {}
-        for name, question in (questions or YESNO_QUESTIONS).items():
+        for name, question in (YESNO_QUESTIONS if questions is None else questions).items():
             full = self.tokenizer.apply_chat_template(
                 [{"role": "system", "content": YESNO_SYSTEM}, {"role": "user", "content": doc + "\nQUESTION: " + question}],
                 tokenize=False, add_generation_prompt=True)
@@ -915,7 +916,8 @@ def rar_scorer(cfg) -> RaRScorer:
     if parsed := parse_probability_judge(cfg.judge_endpoint or ""):  # a probability judge in the training process
         query = parsed[0] == "explicit"  # explicit:<model> asks each query's own rubric, the others the seed's
         if (cfg.judge_rubric == "query") != query:
-            raise ValueError(f"judge {cfg.judge_endpoint!r} asks {'query-specific rubrics' if query else 'the seed global rubric'}"
+            asks = "query-specific rubrics" if query else "the seed's global rubric"
+            raise ValueError(f"judge {cfg.judge_endpoint!r} asks {asks}"
                              f", not judge_rubric={cfg.judge_rubric!r}: query-specific rubrics take explicit:<model> "
                              f"(rubrics from python -m arxivqa.judge rubrics) or an endpoint that writes a verdict")
         judge = make_judge(cfg.judge_endpoint)
