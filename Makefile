@@ -255,13 +255,15 @@ train-rar-mix: setup-judge  ## the RaR run from the -mix-compact-text warm start
 
 # The query-specific rubrics (RaR-Explicit) of the train queries, written once by RUBRIC_WRITER (a generating
 # endpoint of configs/endpoints.toml) into results/query_rubrics.json, where explicit:<model> reads them; resumable.
-# The packaged 1.5B's rubrics were generic or self-contradictory (README: "Query-specific rubrics by probabilities"):
-# a stronger writer (a vLLM server, a hosted API) is what this is for.
-# A query-specific RaR run: make rubrics, then make train-rar-mix RAR_JUDGE=explicit:qwen2.5-coder-1.5b-instruct RAR_RUBRIC=query
-RUBRIC_WRITER ?= local-1.5b
+# RUBRIC_REFERENCES=answer (RaR's recipe) grounds each rubric in the query's reference answer and gold titles;
+# none writes it from the query alone, which the packaged 1.5B could not do (README: "Query-specific rubrics by
+# probabilities"). The default writer is the 1.5B's GGUF under llama.cpp (~40 s a rubric on 2 AVX2 cores).
+# A query-specific RaR run: make rubrics, then make train-rar-mix RAR_JUDGE=explicit:<model> RAR_RUBRIC=query
+RUBRIC_WRITER ?= llamacpp-1.5b
+RUBRIC_REFERENCES ?= answer
 .PHONY: rubrics
-rubrics: setup-judge  ## query-specific rubrics of the train queries by RUBRIC_WRITER -> results/query_rubrics.json
-	$(PY) -m arxivqa.judge rubrics --writer $(RUBRIC_WRITER) --split train
+rubrics: setup-judge $(if $(findstring llamacpp,$(RUBRIC_WRITER)),setup-llamacpp)  ## query-specific rubrics of the train queries by RUBRIC_WRITER -> results/query_rubrics.json
+	$(PY) -m arxivqa.judge rubrics --writer $(RUBRIC_WRITER) --references $(RUBRIC_REFERENCES) --split train
 
 # The committed judge ablation that notebooks 06 and 07 read: the trajectories of committed held-out evaluations
 # (results/eval/<name>.trajectories.jsonl) judged by each of ABLATION_JUDGES; resumable (a rerun with the same
@@ -291,11 +293,16 @@ bench-service: setup  ## both search tools in process vs through the service, 1/
 
 # A second LLM server (README: "A second server: llama.cpp"): llama.cpp's OpenAI-compatible server from
 # llama-cpp-python, an optional extra built from source (5.3 min on 2 cores here) into $(VENV) with the locked CPU
-# set held as constraints. The default flags are this project's machines' (AVX-512, no AMX: a native build of
-# llama.cpp died with SIGILL on their AMX CPUs); on a CPU without AVX-512 use LLAMACPP_CMAKE_ARGS=-DGGML_NATIVE=ON.
+# set held as constraints. On a CPU with AVX-512 the flags are set by hand (AVX-512, no AMX: a native build of
+# llama.cpp died with SIGILL on this project's AMX CPUs); on one without (AVX2 only: 2026-12-07, an AMD EPYC)
+# the build is native, which ran there.
+ifneq ($(shell grep -m1 -ow avx512f /proc/cpuinfo 2>/dev/null),)
 LLAMACPP_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
   -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
   -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF -DGGML_BLAS=OFF
+else
+LLAMACPP_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DGGML_BLAS=OFF
+endif
 LLAMACPP_PORT ?= 8322
 LLAMACPP_CTX ?= 8192
 .PHONY: setup-llamacpp serve-llamacpp bench-servers setup-judge

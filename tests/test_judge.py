@@ -528,16 +528,58 @@ def test_query_specific_rubrics_are_written_once_per_query_kept_and_resumed(scri
     srv = scripted_endpoint(reply)
     llm = LLM(Endpoint(name="w", model="m", base_url=srv.base_url, transport_retries=0, max_retries=1))
     out = tmp_path / "rubrics.json"
-    data = write_rubrics(["sparse attention", "unwritable query", "sparse attention"], "w", out, llm=llm)
+    data = write_rubrics(["sparse attention", "unwritable query", "sparse attention"], "w", out, llm=llm, references="none")
     assert data["rubrics"]["sparse attention"] == rb.model_dump() and data["rubrics"]["unwritable query"] is None
     assert load_rubrics(out) == {"sparse attention": rb}  # a rubric that could not be written is left out
     n = len(asked)
-    write_rubrics(["sparse attention", "unwritable query"], "w", out, llm=llm)
+    write_rubrics(["sparse attention", "unwritable query"], "w", out, llm=llm, references="none")
     assert len(asked) > n and all("unwritable" in q for q in asked[n:])  # only the missing one is asked again
     with pytest.raises(ValueError, match="another --out"):
-        write_rubrics(["sparse attention"], "another-writer", out, llm=llm)
+        write_rubrics(["sparse attention"], "another-writer", out, llm=llm, references="none")
     with pytest.raises(FileNotFoundError, match="arxivqa.judge rubrics"):
         load_rubrics(tmp_path / "none.json")
+
+
+def test_rubrics_grounded_in_the_reference_answer_and_gold_titles_reach_the_writer_only(scripted_endpoint, tmp_path,
+                                                                                         monkeypatch):
+    import arxivqa.judge as judge_mod
+    from arxivqa.corpus import Query
+    from arxivqa.judge import rubric_reference, write_rubrics
+
+    monkeypatch.setattr(judge_mod, "_PAPERS", {"2504.21318": ("Phi-4-reasoning Technical Report", "abstract"),
+                                               "2401.00001": ("Another Gold Paper", "abstract")})
+    q = Query(qid="train-1", query="14B math reasoning model from Microsoft",
+              reference_answer="Microsoft's Phi-4-reasoning is a 14B reasoning model. " + "detail " * 200,
+              gold=["2504.21318", "2401.00001", "9999.99999"], gold_in_corpus=["2504.21318", "2401.00001"])
+    ref = rubric_reference(q)
+    assert "Phi-4-reasoning is a 14B" in ref and ref.endswith("Another Gold Paper")
+    assert "- Phi-4-reasoning Technical Report" in ref and "9999" not in ref  # titles from the corpus, by gold ID
+    assert len(ref) < judge_mod.REFERENCE_CHARS + 200  # the answer is cut
+    with pytest.raises(ValueError, match="neither a reference answer nor a gold paper"):
+        rubric_reference(Query(qid="q", query="x"))
+
+    rb = QueryRubric(criteria=[Criterion(text="finds Phi-4-reasoning", weight="essential")])
+    asked = []
+    srv = scripted_endpoint(lambda body: asked.append(body["messages"][-1]["content"]) or rb.model_dump_json())
+    llm = LLM(Endpoint(name="w", model="m", base_url=srv.base_url, transport_retries=0, max_retries=1))
+    out = tmp_path / "rubrics.json"
+    data = write_rubrics([q], "w", out, llm=llm)
+    assert data["references"] == "answer" and data["rubrics"][q.query] == rb.model_dump()
+    assert len(asked) == 1 and q.query in asked[0] and "Phi-4-reasoning Technical Report" in asked[0]
+    # one file, one prompt: rubrics from the query alone go to another file
+    with pytest.raises(ValueError, match="another --out"):
+        write_rubrics(["14B math reasoning model from Microsoft"], "w", out, llm=llm, references="none")
+    with pytest.raises(ValueError, match="records"):
+        write_rubrics(["a query's text"], "w", tmp_path / "other.json", llm=llm)
+
+
+def test_a_criterion_written_again_under_another_weight_counts_once():
+    rb = QueryRubric(criteria=[Criterion(text="Finds the TRM paper.", weight="essential"),
+                               Criterion(text="finds the  TRM paper.", weight="important"),
+                               Criterion(text="Avoids HRM-only papers.", weight="pitfall")])
+    assert [(c.text, c.weight) for c in rb.criteria] == [("Finds the TRM paper.", "essential"),
+                                                         ("Avoids HRM-only papers.", "pitfall")]
+    assert explicit_score(rb, [True, False]) == pytest.approx(1.0 / 1.8)
 
 
 def test_explicit_scoring_weighs_each_criterion_of_the_querys_own_rubric_by_p_yes(tiny_qwen, tmp_path, monkeypatch):

@@ -48,6 +48,39 @@ def test_the_shipped_configuration_is_valid():
     # an endpoint the project serves itself must name a packaged model (offline); the others are URLs
     assert all(ep.model in PACKAGED for ep in eps.values() if ep.local)
     assert all(ep.base_url.startswith("http") for ep in eps.values() if not ep.local)
+    # one served by llama.cpp names a model that ships a GGUF
+    assert all(PACKAGED[ep.model].gguf_name for ep in eps.values() if ep.local and ep.engine == "llamacpp")
+    assert any(ep.engine == "llamacpp" for ep in eps.values())
+
+
+def test_a_local_endpoint_is_served_by_the_engine_it_names(tmp_path, monkeypatch):
+    import arxivqa.llm as llm_mod
+
+    started = []
+
+    class Fake:
+        def __init__(self, model, port=None, log_path=None):
+            started.append((type(self).__name__, model))
+
+        def start(self, startup_timeout=300.0):
+            return "http://127.0.0.1:9/v1"
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(llm_mod, "SERVER_ENGINES", {"transformers": type("Transformers", (Fake,), {}),
+                                                    "llamacpp": type("LlamaCpp", (Fake,), {})})
+    monkeypatch.delenv("ARXIVQA_LOCAL_LLM_URL", raising=False)
+    cfg = tmp_path / "endpoints.toml"
+    cfg.write_text('[a]\nmodel = "qwen2.5-coder-0.5b-instruct"\n[b]\nmodel = "qwen2.5-coder-0.5b-instruct"\n'
+                   'engine = "llamacpp"\n')
+    monkeypatch.setenv("ARXIVQA_ENDPOINTS", str(cfg))
+    for name in ("a", "b"):
+        llm_mod.open_llm(name, cache=False).close()
+    assert started == [("Transformers", "qwen2.5-coder-0.5b-instruct"), ("LlamaCpp", "qwen2.5-coder-0.5b-instruct")]
+    cfg.write_text('[c]\nmodel = "x"\nengine = "ollama"\n')
+    with pytest.raises(ValueError, match=r"\[c\]"):
+        load_endpoints()
 
 
 def test_invalid_json_is_retried_with_the_error_and_then_parsed(scripted_endpoint, tmp_path):

@@ -153,6 +153,7 @@ def test_the_set_is_kept_compressed_and_a_report_of_another_set_is_kept_aside(tm
     report = json.loads((tmp_path / "judge_validity.json").read_text())
     assert report["set"]["sha256"] == set_fingerprint(data) and set(report["judges"]) == {"recall"}
     assert report["judges"]["recall"]["pairwise_accuracy"] == 1.0
+    assert set(report["judges"]["recall"]["cpu"]) == {"model", "cores", "bf16_units"}  # where its seconds were taken
     assert json.loads((tmp_path / "judge_validity_0123.json").read_text())["judges"] == {"old": {}}  # not lost
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from tqdm.auto import tqdm
 
 from .records import Trajectory, policy_strings, trajectory_view
@@ -296,6 +296,50 @@ RUBRIC_WRITER = """Write a short grading rubric for a search agent that must fin
 
 Give 3 to 5 criteria about what a good search for THIS query must do (topics to cover, kinds of papers to find) and one pitfall to avoid. Each criterion is one sentence with a weight: essential, important, optional, or pitfall (phrase a pitfall as "Avoids ..."). Answer with JSON only: {{"criteria": [{{"text": "...", "weight": "essential"}}]}}"""
 
+# RaR's recipe (Gunjal et al. 2025): the writer grounds the rubric in a reference answer. Every train query
+# has one (``Query.reference_answer``) and its gold papers; both reach the writer only, never the policy. One
+# worked example (an invented query, not from the data) shows the form; no pitfall is asked: the packaged 1.5B
+# copied the example's pitfall onto other queries ("... in processors, which share the name") or wrote none that fit.
+RUBRIC_WRITER_REFERENCE = """Write a grading rubric for a search agent that must find arXiv papers answering a research query. You know an expert's answer and the papers it rests on; the agent being graded never sees them. Each criterion is something a grader can check in the agent's searches and submission: a paper it must find, terms it should search with, what its submission should hold.
+
+Example.
+Query: speculative decoding methods that speed up LLM inference without changing outputs
+Answer: Speculative decoding lets a small draft model propose several tokens that the large model verifies in one parallel pass, so decoding is faster and the output distribution is unchanged.
+Papers:
+- Fast Inference from Transformers via Speculative Decoding
+- Accelerating Large Language Model Decoding with Speculative Sampling
+Rubric: {{"criteria": [{{"text": "Finds 'Fast Inference from Transformers via Speculative Decoding', or another paper where a draft model's tokens are verified by the large model.", "weight": "essential"}}, {{"text": "Finds 'Accelerating Large Language Model Decoding with Speculative Sampling'.", "weight": "important"}}, {{"text": "Searches with the method's own terms (draft model, verification, speculative sampling), not only the query's words.", "weight": "important"}}, {{"text": "Submits papers on decoding that keeps the large model's outputs exactly, not on approximate speed-ups.", "weight": "optional"}}]}}
+
+Now the query to grade: 3 to 5 criteria with its own papers and its own terms, weighted essential, important or optional.
+Query: {query}
+{reference}
+Rubric:"""
+
+REFERENCE_CHARS = 700  # of the reference answer shown to the writer
+REFERENCE_PAPERS = 5  # gold papers named (by title) to the writer
+
+
+def rubric_reference(query) -> str:
+    """What ``RUBRIC_WRITER_REFERENCE`` shows the writer of a query (a ``corpus.Query``): the start of its
+    reference answer and the titles of its gold papers found in the corpus."""
+    if not query.reference_answer and not query.gold_in_corpus:
+        raise ValueError(f"query {query.qid} has neither a reference answer nor a gold paper in the corpus to ground "
+                         "its rubric in (write it with references='none')")
+    answer = plain_text(query.reference_answer or "")
+    if len(answer) > REFERENCE_CHARS:
+        answer = answer[:REFERENCE_CHARS].rsplit(" ", 1)[0] + " ..."
+    titles = corpus_titles(query.gold_in_corpus[:REFERENCE_PAPERS])
+    papers = "\n".join(f"- {plain_text(titles[a])}" for a in query.gold_in_corpus[:REFERENCE_PAPERS] if a in titles)
+    return "\n".join(x for x in (f"Answer: {answer}" if answer else "", f"Papers:\n{papers}" if papers else "") if x)
+
+
+def rubric_messages(query: str, reference: str | None = None) -> list[dict]:
+    """The writer's request for one query's rubric: from the query alone (``RUBRIC_WRITER``), or grounded in
+    ``reference`` (``rubric_reference``; ``RUBRIC_WRITER_REFERENCE``)."""
+    text = (RUBRIC_WRITER.format(query=query) if reference is None
+            else RUBRIC_WRITER_REFERENCE.format(query=query, reference=reference))
+    return [{"role": "user", "content": text}]
+
 
 class Criterion(BaseModel):
     text: str
@@ -304,6 +348,19 @@ class Criterion(BaseModel):
 
 class QueryRubric(BaseModel):
     criteria: list[Criterion] = Field(min_length=1, max_length=8)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> QueryRubric:
+        """A criterion written again (the same words, any case or spacing) counts once, with its first weight:
+        small writers repeat one criterion under every weight, which would weigh it several times."""
+        seen, kept = set(), []
+        for c in self.criteria:
+            key = " ".join(c.text.lower().split())
+            if key not in seen:
+                seen.add(key)
+                kept.append(c)
+        self.criteria = kept
+        return self
 
 
 class CriteriaMet(BaseModel):
@@ -367,12 +424,13 @@ class Judge:
     judged: int = 0
     _rubrics: dict[str, QueryRubric | None] = field(default_factory=dict)
 
-    def query_rubric(self, query: str) -> QueryRubric | None:
-        """The LLM-written rubric of a query (cached in memory and by the LLM layer); None if it failed."""
+    def query_rubric(self, query: str, reference: str | None = None) -> QueryRubric | None:
+        """The LLM-written rubric of a query (cached in memory and by the LLM layer), grounded in ``reference``
+        when given (``rubric_messages``); None if it failed."""
         if query not in self._rubrics:
-            msgs = [{"role": "user", "content": RUBRIC_WRITER.format(query=query)}]
+            msgs = rubric_messages(query, reference)
             try:
-                self._rubrics[query] = self.llm.structured(msgs, QueryRubric, max_tokens=320)
+                self._rubrics[query] = self.llm.structured(msgs, QueryRubric, max_tokens=max(320, self.llm.endpoint.max_tokens))
             except LLMError:
                 self._rubrics[query] = None
         return self._rubrics[query]
@@ -442,34 +500,44 @@ def load_rubrics(path: str | Path | None = None) -> dict[str, QueryRubric]:
     path = Path(path) if path else rubrics_path()
     if not path.exists():
         raise FileNotFoundError(f"no query-specific rubrics at {path}: write them with `python -m arxivqa.judge "
-                                f"rubrics --writer <endpoint>` (a generating endpoint: the packaged ones run offline, but the 1.5B's rubrics "
-                                f"were unusable — README, 'Query-specific rubrics by probabilities')")
+                                f"rubrics --writer <endpoint>` (`make rubrics`: the packaged 1.5B under llama.cpp, each rubric grounded in "
+                                f"the query's reference answer; README, 'Query-specific rubrics by probabilities')")
     data = json.loads(path.read_text())
     return {q: QueryRubric.model_validate(r) for q, r in data["rubrics"].items() if r is not None}
 
 
-def write_rubrics(queries: Sequence[str], writer: str, path: str | Path | None = None, llm: LLM | None = None) -> dict:
-    """A rubric for each of ``queries`` written by the generating endpoint ``writer`` (``Judge.query_rubric``:
-    3–5 criteria and a pitfall, each weighted) into ``path`` (default ``rubrics_path()``), saved after each
-    query, so an interrupted run resumes; a query whose rubric could not be written is kept as null and tried
-    again on the next run. One file holds one writer's rubrics (another writer: another file). Returns the file's
-    content."""
+def write_rubrics(queries: Sequence, writer: str, path: str | Path | None = None, llm: LLM | None = None,
+                  references: Literal["answer", "none"] = "answer") -> dict:
+    """A rubric for each of ``queries`` (``corpus.Query``; plain strings with ``references="none"``) written by the
+    generating endpoint ``writer`` (``Judge.query_rubric``: 3–5 criteria and a pitfall, each weighted) into
+    ``path`` (default ``rubrics_path()``), saved after each query, so an interrupted run resumes; a query whose
+    rubric could not be written is kept as null and tried again on the next run. ``references="answer"`` (RaR's
+    recipe) grounds each rubric in the query's reference answer and gold titles (``rubric_reference``);
+    ``"none"`` asks from the query alone. One file holds one writer's rubrics from one prompt (another writer or
+    prompt: another file). Returns the file's content."""
     from .files import atomic_write_text
     from .llm import open_llm
 
+    if references not in ("answer", "none"):
+        raise ValueError(f"references must be 'answer' or 'none', not {references!r}")
+    template = RUBRIC_WRITER_REFERENCE if references == "answer" else RUBRIC_WRITER
+    if references == "answer" and any(isinstance(q, str) for q in queries):
+        raise ValueError("references='answer' needs the queries' records (corpus.Query), not their text")
+    texts = {(q if isinstance(q, str) else q.query): q for q in queries}
     path = Path(path) if path else rubrics_path()
-    prompt = hashlib.sha256(RUBRIC_WRITER.encode()).hexdigest()[:16]
-    data = json.loads(path.read_text()) if path.exists() else {"writer": writer, "prompt_sha256": prompt, "rubrics": {}}
+    prompt = hashlib.sha256(template.encode()).hexdigest()[:16]
+    data = (json.loads(path.read_text()) if path.exists()
+            else {"writer": writer, "prompt_sha256": prompt, "references": references, "rubrics": {}})
     if (data["writer"], data.get("prompt_sha256")) != (writer, prompt):
         raise ValueError(f"{path} holds rubrics written by {data['writer']!r} with prompt {data.get('prompt_sha256')}; "
-                         f"give another --out for {writer!r} (prompt {prompt})")
-    todo = [q for q in dict.fromkeys(queries) if data["rubrics"].get(q) is None]
+                         f"give another --out for {writer!r} (prompt {prompt}, references={references})")
+    todo = [q for q in texts if data["rubrics"].get(q) is None]
     if not todo:
         return data
     with (contextlib.nullcontext(llm) if llm is not None else open_llm(writer)) as opened:
         judge = Judge(opened)
         for q in tqdm(todo, desc=f"rubrics ({writer})"):
-            rubric = judge.query_rubric(q)
+            rubric = judge.query_rubric(q, rubric_reference(texts[q]) if references == "answer" else None)
             data["rubrics"][q] = rubric.model_dump() if rubric is not None else None
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
@@ -506,16 +574,27 @@ def parse_probability_judge(spec: str) -> tuple[str, str, str, str] | None:
     return scoring, text, model, layout
 
 
-_ABSTRACTS: dict[str, str] = {}
+_PAPERS: dict[str, tuple[str, str]] = {}  # arXiv ID -> (title, abstract)
+
+
+def _corpus_papers() -> dict[str, tuple[str, str]]:
+    if not _PAPERS:
+        from .corpus import iter_papers
+
+        _PAPERS.update((p.arxiv_id, (p.title, p.abstract)) for p in iter_papers())
+    return _PAPERS
 
 
 def corpus_abstracts(ids: Sequence[str]) -> dict[str, str]:
     """The corpus abstracts of ``ids`` (the whole corpus is read once per process, ~4 s; unknown IDs are left out)."""
-    if not _ABSTRACTS:
-        from .corpus import iter_papers
+    papers = _corpus_papers()
+    return {i: papers[i][1] for i in ids if i in papers}
 
-        _ABSTRACTS.update((p.arxiv_id, p.abstract) for p in iter_papers())
-    return {i: _ABSTRACTS[i] for i in ids if i in _ABSTRACTS}
+
+def corpus_titles(ids: Sequence[str]) -> dict[str, str]:
+    """The corpus titles of ``ids`` (as ``corpus_abstracts``)."""
+    papers = _corpus_papers()
+    return {i: papers[i][0] for i in ids if i in papers}
 
 
 def submitted_titles(traj: Trajectory) -> list[str]:
@@ -941,10 +1020,19 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--split", default="train", choices=SPLITS, help="the queries (default train: the RaR runs' queries)")
     r.add_argument("--queries", default=None, help="a query file (default the data path's queries_train.jsonl)")
     r.add_argument("--limit", type=int, default=None)
+    r.add_argument("--references", default="answer", choices=("answer", "none"),
+                   help="ground each rubric in the query's reference answer and gold titles (answer, RaR's recipe; "
+                        "default) or write it from the query alone (none)")
+    r.add_argument("--qids", nargs="+", default=None, help="only these query IDs (of the split)")
     r.add_argument("--out", default=None, help="default: results/query_rubrics.json")
     a = ap.parse_args(argv)
     queries = select_queries(a.queries, split=a.split, limit=a.limit).queries
-    data = write_rubrics([q.query for q in queries], a.writer, a.out)
+    if a.qids:
+        unknown = set(a.qids) - {q.qid for q in queries}
+        if unknown:
+            raise SystemExit(f"--qids not in the {a.split} split: {', '.join(sorted(unknown))}")
+        queries = [q for q in queries if q.qid in set(a.qids)]
+    data = write_rubrics(queries, a.writer, a.out, references=a.references)
     n = sum(data["rubrics"].get(q.query) is not None for q in queries)
     print(f"{n} of {len(queries)} {a.split} queries have a rubric by {a.writer} in {a.out or rubrics_path()}")
 

