@@ -509,7 +509,7 @@ def load_rubrics(path: str | Path | None = None) -> dict[str, QueryRubric]:
 def write_rubrics(queries: Sequence, writer: str, path: str | Path | None = None, llm: LLM | None = None,
                   references: Literal["answer", "none"] = "answer") -> dict:
     """A rubric for each of ``queries`` (``corpus.Query``; plain strings with ``references="none"``) written by the
-    generating endpoint ``writer`` (``Judge.query_rubric``: 3–5 criteria and a pitfall, each weighted) into
+    generating endpoint ``writer`` (``Judge.query_rubric``: 3–5 weighted criteria, and a pitfall from the query alone) into
     ``path`` (default ``rubrics_path()``), saved after each query, so an interrupted run resumes; a query whose
     rubric could not be written is kept as null and tried again on the next run. ``references="answer"`` (RaR's
     recipe) grounds each rubric in the query's reference answer and gold titles (``rubric_reference``);
