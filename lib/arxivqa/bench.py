@@ -72,11 +72,9 @@ def _recall(rankings: list[list[str]], queries: list[Query]) -> dict:
 
 
 def _machine() -> dict:
-    cpu = ""
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    from .models import cpu_name
+
+    cpu = cpu_name()
     import bm25s
     import chromadb
     import torch

@@ -361,6 +361,14 @@ def cpu_has_bf16() -> bool:
     return " amx_bf16" in flags or " avx512_bf16" in flags
 
 
+def cpu_name() -> str:
+    """This CPU's model name (``/proc/cpuinfo``), "" where it is not known."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return ""
+
+
 def resolve_dtype(dtype: str) -> str:
     return ("bfloat16" if cpu_has_bf16() else "float32") if dtype == "auto" else dtype
 

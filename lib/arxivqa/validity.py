@@ -337,14 +337,9 @@ def _cpu() -> dict:
     """Where a judge's seconds were measured: the CPU's model name, its core count, whether it has bfloat16 units."""
     import os
 
-    from .models import cpu_has_bf16
+    from .models import cpu_has_bf16, cpu_name
 
-    name = ""
-    try:
-        name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"model": name, "cores": os.cpu_count(), "bf16_units": cpu_has_bf16()}
+    return {"model": cpu_name(), "cores": os.cpu_count(), "bf16_units": cpu_has_bf16()}
 
 
 def measured_judges(path: Path | None = None) -> dict[str, float]:
