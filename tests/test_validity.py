@@ -213,3 +213,43 @@ def test_the_measured_probability_judges_are_offered_best_first_and_means_are_no
         "mean(docs:m, expected:m)": {"pairwise_accuracy": 0.9, "mean_of": 2},  # scores combined, not a judge to load
         "local": {"pairwise_accuracy": 0.7}, "expected:m": {"pairwise_accuracy": None}}}))
     assert list(measured_judges(path).items()) == [("blend:m", 0.83), ("docs:m", 0.6)]
+
+
+class RecallJudge:
+    """Scores a trajectory by its recall@10, a fallback for query q3; stops (an interrupted measurement) once
+    it has judged ``stop_after`` trajectories, and counts what it judged."""
+
+    def __init__(self, stop_after: int | None = None):
+        self.stop_after, self.seen = stop_after, []
+
+    def score_batch(self, trajs, desc=None):
+        from arxivqa.judge import JudgeResult
+
+        if self.stop_after is not None and len(self.seen) + len(trajs) > self.stop_after:
+            raise KeyboardInterrupt
+        self.seen += [t.qid for t in trajs]
+        return [JudgeResult(score=0.0, fallback=True) if t.qid == "q3" else JudgeResult(score=submission_recall(t))
+                for t in trajs]
+
+
+def test_an_interrupted_measurement_goes_on_from_its_progress_file(tmp_path):
+    trajs = [rich("q1"), single_offtopic("q1"), rich("q2"), single_offtopic("q2")]
+    pairs = build_pairs(trajs, per_kind=5)
+    pool = [rich("q4"), single_offtopic("q4"), rich("q3"), single_offtopic("q5")]
+    whole = measure(RecallJudge(), pairs, pool, chunk=3, name="r")
+    progress = tmp_path / "validity" / "r.json"
+    with pytest.raises(KeyboardInterrupt):
+        measure(RecallJudge(stop_after=7), pairs, pool, progress=progress, chunk=3, name="r")
+    kept = json.loads(progress.read_text())
+    assert len(kept["scores"]) == 6  # two chunks of three were judged before the third was refused
+    again = RecallJudge()
+    m = measure(again, pairs, pool, progress=progress, chunk=3, name="r")
+    assert len(again.seen) == 2 * len(pairs) + len(pool) - 6  # only what was left was judged
+    assert m["scores"] == whole["scores"] and m["pairwise_accuracy"] == whole["pairwise_accuracy"]
+    assert m["fallback_rate"] == whole["fallback_rate"] > 0 and not progress.exists()
+    # another judge's progress is not taken for this one's
+    with pytest.raises(KeyboardInterrupt):
+        measure(RecallJudge(stop_after=4), pairs, pool, progress=progress, chunk=3, name="r")
+    other = RecallJudge()
+    measure(other, pairs, pool, progress=progress, chunk=3, name="s")
+    assert len(other.seen) == 2 * len(pairs) + len(pool)

@@ -146,19 +146,48 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
     return sxy / (sx * sy) if sx and sy else math.nan
 
 
-def measure(judge, pairs: Sequence[ValidityPair], pool: Sequence[Trajectory]) -> dict:
+def measure(judge, pairs: Sequence[ValidityPair], pool: Sequence[Trajectory], progress: Path | None = None,
+            chunk: int = 10, name: str | None = None) -> dict:
     """A judge (``judge.Judge``) on the pairs and the pool: pairwise accuracy (overall and per kind, over
     pairs where neither judgment fell back; a tie counts half), Spearman of score with recall@10 over the
     pool's non-fallback judgments, the fallback rate over every judgment, seconds per judgment, and every
-    score (``scores``)."""
-    t0 = time.perf_counter()
+    score (``scores``).
+
+    The trajectories are judged ``chunk`` at a time, with a progress bar. With ``progress`` (a file), the
+    scores so far and the seconds they took are written there atomically after each chunk, and a measurement
+    of the same judge (``name``) on the same trajectories that was interrupted goes on from where it stopped
+    (a file of another judge or set is started afresh); the file is removed when the measurement is done."""
+    from tqdm.auto import tqdm
+
+    from .files import atomic_write_json
+
     flat = [t for p in pairs for t in (p.better, p.worse)]
-    results = judge.score_batch([*flat, *pool])
-    seconds = time.perf_counter() - t0
-    pr, po = results[:len(flat)], results[len(flat):]
-    scores = {"pairs": [[None if r.fallback else r.score for r in pr[i:i + 2]] for i in range(0, len(pr), 2)],
-              "pool": [None if r.fallback else r.score for r in po]}
-    return summarise(pairs, pool, scores, seconds / max(1, len(results)))
+    items = [*flat, *pool]
+    key = {"judge": name or getattr(judge, "name", type(judge).__name__),
+           "items": hashlib.sha256(json.dumps([t.model_dump(mode="json") for t in items], sort_keys=True)
+                                   .encode()).hexdigest()[:16]}
+    done: list[float | None] = []
+    seconds = 0.0
+    if progress is not None and Path(progress).exists():
+        kept = json.loads(Path(progress).read_text())
+        if kept.get("key") == key and len(kept.get("scores", [])) <= len(items):
+            done, seconds = list(kept["scores"]), float(kept["seconds"])
+    bar = tqdm(total=len(items), initial=len(done), desc=f"validity ({key['judge']})", unit="judgment")
+    while len(done) < len(items):
+        t0 = time.perf_counter()
+        results = judge.score_batch(items[len(done):len(done) + chunk])
+        seconds += time.perf_counter() - t0
+        done += [None if r.fallback else r.score for r in results]
+        bar.update(len(results))
+        if progress is not None:
+            atomic_write_json(progress, {"key": key, "scores": done, "seconds": seconds})
+    bar.close()
+    pr, po = done[:len(flat)], done[len(flat):]
+    scores = {"pairs": [pr[i:i + 2] for i in range(0, len(pr), 2)], "pool": po}
+    out = summarise(pairs, pool, scores, seconds / max(1, len(items)))
+    if progress is not None:
+        Path(progress).unlink(missing_ok=True)
+    return out
 
 
 def summarise(pairs: Sequence[ValidityPair], pool: Sequence[Trajectory], scores: dict, seconds_per_judgment: float) -> dict:
@@ -268,7 +297,8 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--until-step", type=int, default=None, help="only the runs' rollouts of steps up to this one")
     b.add_argument("--out", default=None, help="default: results/judge_validity_set.json.gz (kept in git with the report)")
-    m = sub.add_parser("measure", help="judges on the set -> results/judge_validity.json")
+    m = sub.add_parser("measure", help="judges on the set -> results/judge_validity.json (an interrupted measurement goes on "
+                       "from its progress file under data/validity/ when run again)")
     m.add_argument("--set", default=None, help="default: results/judge_validity_set.json.gz")
     m.add_argument("--judges", nargs="+", default=["local"],
                    help="judge names: an endpoint (local, ...), expected:<model>, yesno:<model>, docs[+abstract]:<model>, blend[+abstract]:<model> or explicit:<model> (the query rubrics of python -m arxivqa.judge rubrics), each with an optional +lines (the lines layout; judge.make_judge)")
@@ -326,7 +356,8 @@ def main(argv: list[str] | None = None) -> None:
         report = {"judges": {}}
     for name in a.judges:
         # seconds depend on the CPU (bf16 units or not: ~8x for the 1.5B), so each measurement says where it ran
-        report["judges"][name] = measure(make_judge(name), pairs, pool) | {"cpu": _cpu()}
+        progress = work / "validity" / (hashlib.sha256(name.encode()).hexdigest()[:12] + ".progress.json")
+        report["judges"][name] = measure(make_judge(name), pairs, pool, progress=progress, name=name) | {"cpu": _cpu()}
         report["set"] = {"pairs": len(pairs), "pool": len(pool), "kinds": {k: sum(p.kind == k for p in pairs) for k in KINDS},
                          "sha256": fingerprint, "sources": data.get("sources"), "seed": data.get("seed")}
         atomic_write_text(path, json.dumps(report, indent=1) + "\n")
