@@ -279,6 +279,61 @@ def _(Judge, mo, open_llm, pd, rar, rar_info, rlvr, s, save_table):
 
 
 @app.cell
+def _(mo, pd, save_table):
+    # The committed query-specific rubrics (RaR-Explicit: `python -m arxivqa.judge rubrics`, `make rubrics`), which
+    # `explicit:<model>` asks criterion by criterion: what was written for the train queries, and what it is made of.
+    from arxivqa.corpus import select_queries as _select
+    from arxivqa.judge import rubric_coverage as _coverage
+    from arxivqa.judge import rubric_rows as _rubric_rows
+    from arxivqa.judge import read_rubric_file as _read_file
+    from arxivqa.judge import rubrics_path as _rubrics_path
+    from arxivqa.plots import drop_table as _drop
+
+    _file = _rubrics_path()
+    rubric_file, rubric_pick = None, None
+    if _file.exists():
+        rubric_file = _read_file(_file)
+        _rows = _rubric_rows(rubric_file, _select(split="train").queries)
+        _cov = _coverage(_rows)
+        rubrics_df = pd.DataFrame(_rows)
+        save_table(rubrics_df.drop(columns=["first_criterion"]), "05_query_rubrics")
+        _bw = ", ".join(f"{v} {k}" for k, v in _cov["by_weight"].items() if v)
+        _share = _cov["quote_gold_title_share"]
+        _text = (f"`{_file.name}`: written by `{rubric_file['writer']}` (references: "
+                 f"`{rubric_file.get('references', 'none')}`, prompt {rubric_file.get('prompt_sha256')}). Of the "
+                 f"{_cov['queries']} train queries, {_cov['written']} have a rubric, {_cov['failed']} failed and "
+                 f"{_cov['not_asked']} were not asked yet. {_cov['criteria']} criteria ({_bw}); "
+                 + (f"{_cov['quote_gold_title']} of them ({_share:.0%}) quote a gold paper's title — that much of "
+                    "the rubric restates the gold list, so `explicit` grading leans towards a soft recall check."
+                    if _share is not None else "none written."))
+        _written = [r for r in _rows if r["written"]]
+        if _written:
+            rubric_pick = mo.ui.dropdown({f"{r['qid']}: {r['query'][:90]}": r["query"] for r in _written},
+                                         value=f"{_written[0]['qid']}: {_written[0]['query'][:90]}", label="query")
+        _out = mo.vstack([mo.md("## The query-specific rubrics (RaR-Explicit), as committed"), mo.md(_text),
+                          mo.ui.table(rubrics_df, selection=None)] + ([rubric_pick] if rubric_pick is not None else []))
+    else:
+        _drop("05_query_rubrics")
+        _out = mo.md("## The query-specific rubrics (RaR-Explicit)\n\n_No `results/query_rubrics.json` yet: "
+                     "`make rubrics` writes one per train query._")
+    _out
+    return rubric_file, rubric_pick
+
+
+@app.cell
+def _(mo, rubric_file, rubric_pick):
+    from arxivqa.judge import QueryRubric as _QueryRubric
+
+    if rubric_pick is not None and rubric_pick.value:
+        _rb = _QueryRubric.model_validate(rubric_file["rubrics"][rubric_pick.value])
+        _show = mo.md(f"**{rubric_pick.value}**\n\n" + "\n".join(f"- [{c.weight}] {c.text}" for c in _rb.criteria))
+    else:
+        _show = mo.md("")
+    _show
+    return
+
+
+@app.cell
 def _(mo, rar, rlvr, trajectory_markdown):
     def _best_last(run):
         last = max(x for x, _ in run["trajectories"])

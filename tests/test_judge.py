@@ -618,3 +618,24 @@ def test_explicit_scoring_weighs_each_criterion_of_the_querys_own_rubric_by_p_ye
     assert rar_scorer(cfg).judge.rubrics == {"sparse attention": rb}
     with pytest.raises(ValueError, match="query-specific"):
         rar_scorer(SimpleNamespace(judge_endpoint=f"explicit:{tiny_qwen}", judge_rubric="global", rewards=None))
+
+
+def test_rubric_rows_count_what_was_written_and_the_criteria_that_restate_a_gold_title(monkeypatch):
+    import arxivqa.judge as judge_mod
+    from arxivqa.corpus import Query
+    from arxivqa.judge import rubric_coverage, rubric_rows
+
+    monkeypatch.setattr(judge_mod, "_PAPERS", {"2504.21318": ("Phi-4-reasoning  Technical Report", "abstract")})
+    qs = [Query(qid="a", query="14B math reasoning model", gold=["2504.21318"], gold_in_corpus=["2504.21318"]),
+          Query(qid="b", query="a query whose rubric failed", gold=["1"], gold_in_corpus=[]),
+          Query(qid="c", query="a query never asked", gold=["1"], gold_in_corpus=[])]
+    rb = QueryRubric(criteria=[Criterion(text="Finds 'PHI-4-reasoning Technical Report'.", weight="essential"),
+                               Criterion(text="Searches with 'reasoning model' and 'Phi'.", weight="optional")])
+    data = {"rubrics": {qs[0].query: rb.model_dump(), qs[1].query: None}}
+    rows = rubric_rows(data, qs)
+    assert [r["written"] for r in rows] == [True, False, None]
+    assert rows[0]["criteria"] == 2 and rows[0]["essential"] == rows[0]["optional"] == 1
+    assert rows[0]["quote_gold_title"] == 1  # the title quoted whatever its case and spacing; a mere term is not
+    cov = rubric_coverage(rows)
+    assert (cov["queries"], cov["written"], cov["failed"], cov["not_asked"], cov["criteria"]) == (3, 1, 1, 1, 2)
+    assert cov["quote_gold_title_share"] == 0.5 and cov["by_weight"]["important"] == 0

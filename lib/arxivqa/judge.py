@@ -497,13 +497,58 @@ def rubrics_path() -> Path:
 def load_rubrics(path: str | Path | None = None) -> dict[str, QueryRubric]:
     """``{query: rubric}`` from a rubric file (``write_rubrics``); queries whose rubric could not be written are
     left out."""
+    data = read_rubric_file(path)
+    return {q: QueryRubric.model_validate(r) for q, r in data["rubrics"].items() if r is not None}
+
+
+def read_rubric_file(path: str | Path | None = None) -> dict:
+    """A rubric file's content as ``write_rubrics`` keeps it (writer, prompt hash, references, ``{query: rubric
+    or null}``); a clear error naming the command when there is none."""
     path = Path(path) if path else rubrics_path()
     if not path.exists():
         raise FileNotFoundError(f"no query-specific rubrics at {path}: write them with `python -m arxivqa.judge "
                                 f"rubrics --writer <endpoint>` (`make rubrics`: the packaged 1.5B under llama.cpp, each rubric grounded in "
                                 f"the query's reference answer; README, 'Query-specific rubrics by probabilities')")
-    data = json.loads(path.read_text())
-    return {q: QueryRubric.model_validate(r) for q, r in data["rubrics"].items() if r is not None}
+    return json.loads(path.read_text())
+
+
+def quotes_title(text: str, titles: Sequence[str]) -> bool:
+    """Whether ``text`` quotes one of ``titles`` (case, spacing and NFKC differences ignored)."""
+    def norm(x: str) -> str:
+        return " ".join(plain_text(x).casefold().split())
+
+    t = norm(text)
+    return any(norm(title) and norm(title) in t for title in titles)
+
+
+def rubric_rows(data: dict, queries: Sequence) -> list[dict]:
+    """One row per query of ``queries`` (``corpus.Query``) in a rubric file's content (``write_rubrics``): whether
+    its rubric was written (``None``: never asked; False: failed), its criteria by weight, and how many of them
+    quote a gold paper's title (from the corpus) — a rubric made of those is the gold list restated, a soft
+    recall check. The rows a notebook shows and ``rubric_coverage`` sums."""
+    rubrics = data.get("rubrics", {})
+    titles = corpus_titles([a for q in queries for a in q.gold_in_corpus])
+    rows = []
+    for q in queries:
+        raw = rubrics.get(q.query, ...)
+        rubric = QueryRubric.model_validate(raw) if isinstance(raw, dict) else None
+        criteria = rubric.criteria if rubric else []
+        gold = [titles[a] for a in q.gold_in_corpus if a in titles]
+        rows.append({"qid": q.qid, "query": q.query, "written": None if raw is ... else rubric is not None,
+                     "criteria": len(criteria), **{w: sum(c.weight == w for c in criteria) for w in WEIGHTS},
+                     "quote_gold_title": sum(quotes_title(c.text, gold) for c in criteria),
+                     "first_criterion": criteria[0].text if criteria else ""})
+    return rows
+
+
+def rubric_coverage(rows: Sequence[dict]) -> dict:
+    """``rubric_rows`` summed: queries with a rubric, failed, never asked; criteria, and the share quoting a gold title."""
+    n = sum(r["criteria"] for r in rows)
+    return {"queries": len(rows), "written": sum(r["written"] is True for r in rows),
+            "failed": sum(r["written"] is False for r in rows), "not_asked": sum(r["written"] is None for r in rows),
+            "criteria": n, "by_weight": {w: sum(r[w] for r in rows) for w in WEIGHTS},
+            "quote_gold_title": sum(r["quote_gold_title"] for r in rows),
+            "quote_gold_title_share": sum(r["quote_gold_title"] for r in rows) / n if n else None}
 
 
 def write_rubrics(queries: Sequence, writer: str, path: str | Path | None = None, llm: LLM | None = None,
