@@ -229,27 +229,35 @@ train-long-mix: setup  ## the two RLVR runs from the -mix-compact-text warm star
 # The committed RaR run: the same preset, steps and seed as the uniform RLVR run, the global rubric, and the
 # training judge RAR_JUDGE (default the probability judge of the larger offline model: make setup-judge).
 RAR_JUDGE ?= blend:qwen2.5-coder-1.5b-instruct
+# the judge's name in a run folder's name: blend:<model> -> blend-<model>; a mean(<judge>, <judge>) loses its
+# brackets, commas and spaces (mean-explicit-<model>-expected-<model>)
+empty :=
+space := $(empty) $(empty)
+comma := ,
+lparen := (
+rparen := )
+RAR_JUDGE_SLUG = $(subst $(space),,$(subst $(comma),-,$(subst $(lparen),-,$(subst $(rparen),,$(subst :,-,$(RAR_JUDGE))))))
 train-rar-long: setup-judge  ## the committed RaR run (cpu-warm, LONG_STEPS steps, judge RAR_JUDGE) -> results/runs/
 	$(PY) -m arxivqa.index build --embedder minilm-128
-	run=data/runs/rar-cpu-warm-$(subst :,-,$(RAR_JUDGE))-global-$(LONG_STEPS)steps-seed0; \
+	run=data/runs/rar-cpu-warm-$(RAR_JUDGE_SLUG)-global-$(LONG_STEPS)steps-seed0; \
 	  $(REVIVE); \
 	  resume=$$([ -f $$run/config.json ] && echo --resume); \
-	  $(PY) -m arxivqa.train --preset cpu-warm --reward rar --set judge_endpoint=$(RAR_JUDGE) --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
+	  $(PY) -m arxivqa.train --preset cpu-warm --reward rar --set "judge_endpoint=$(RAR_JUDGE)" --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
 	  $(PY) -m arxivqa.train export $$run
 
 # The RaR run beside the committed mixtext3 RLVR pair: the uniform run's warm-start build and settings (the
 # -mix-compact-text build, cpu-warm-compact, T 1.0, min-p 0.1, 1536 completion tokens), reward rar with RAR_JUDGE
 # and RAR_RUBRIC (global: the seed's rubric; query: each query's own, RAR_JUDGE=explicit:<model> after make
-# rubrics). Like train-long-mix, it continues only on the build it was trained from.
+# rubrics, or a mean(...) with an explicit part: README, "A second training judge"). Like train-long-mix, it continues only on the build it was trained from.
 RAR_RUBRIC ?= global
-MIX_RAR_RUN := rar-cpu-warm-compact-mixtext3-t1.0-minp0.1-c1536-$(subst :,-,$(RAR_JUDGE))-$(RAR_RUBRIC)-$(LONG_STEPS)steps-seed0
+MIX_RAR_RUN := rar-cpu-warm-compact-mixtext3-t1.0-minp0.1-c1536-$(RAR_JUDGE_SLUG)-$(RAR_RUBRIC)-$(LONG_STEPS)steps-seed0
 train-rar-mix: setup-judge  ## the RaR run from the -mix-compact-text warm start (the mixtext3 RLVR settings, judge RAR_JUDGE) -> results/runs/
 	$(NEED_MIX)
 	$(PY) -m arxivqa.index build --embedder minilm-128
 	run=data/runs/$(MIX_RAR_RUN); \
 	  $(REVIVE); \
 	  resume=$$([ -f $$run/config.json ] && echo --resume); \
-	  $(PY) -m arxivqa.train --preset cpu-warm-compact --reward rar --set judge_endpoint=$(RAR_JUDGE) --set judge_rubric=$(RAR_RUBRIC) \
+	  $(PY) -m arxivqa.train --preset cpu-warm-compact --reward rar --set "judge_endpoint=$(RAR_JUDGE)" --set judge_rubric=$(RAR_RUBRIC) \
 	    $(MIX_SETS) --set curriculum=uniform --set max_steps=$(LONG_STEPS) --out $$run $$resume || exit 1; \
 	  $(PY) -m arxivqa.train export $$run
 

@@ -240,16 +240,16 @@ def _(config, mo, pd, save):
 @app.cell
 def _(Judge, mo, open_llm, pd, rar, rar_info, rlvr, s, save_table):
     # The same rollouts judged with the global rubric and with query-specific rubrics (RaR-Explicit), by the
-    # RaR run's own training judge — or, when that is a probability judge (it reads score-token
+    # RaR run's own training judge — or, when that is a probability judge or a mean of them (it reads score-token
     # probabilities and cannot write a rubric), by the generating judge of the settings (ARXIVQA_JUDGE).
-    from arxivqa.judge import parse_probability_judge as _is_probability
+    from arxivqa.judge import in_process_judge as _in_process
 
     def _last(run, regime):
         last = max(x for x, _ in run["trajectories"])
         return [(regime, t) for x, t in run["trajectories"] if x == last]
 
     _run_judge = rar_info.config.judge_endpoint or "local"
-    _judge_name = s.judge if _is_probability(_run_judge) else _run_judge
+    _judge_name = s.judge if _in_process(_run_judge) else _run_judge
     _pool = (_last(rar, "RaR") + (_last(rlvr, "RLVR") if rlvr is not None else []))[:8]
     _trajs = [t for _, t in _pool]
     with mo.status.spinner(title=f"judging the last step's rollouts with both rubrics ({_judge_name})"):
@@ -267,7 +267,7 @@ def _(Judge, mo, open_llm, pd, rar, rar_info, rlvr, s, save_table):
     _example = next((rb for rb in _rubrics.values() if rb is not None), None)
     mo.vstack([
         mo.md(f"## Global vs. query-specific rubric on {len(rubric_cmp)} rollouts (judge `{_judge_name}`)\n"
-              + (f"The run's training judge `{_run_judge}` is a probability judge, which writes no rubric: both "
+              + (f"The run's training judge `{_run_judge}` is a probability judge (or a mean of them), which writes no rubric: both "
                  f"rubrics are asked of the settings' judge `{_judge_name}` instead. " if _judge_name != _run_judge else "")
               + f"Pearson r = {_corr:.2f}. "
               "Query-specific rubrics are written once per query by the LLM (cached) and scored as Σ w·c / Σ w."),

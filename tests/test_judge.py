@@ -639,3 +639,35 @@ def test_rubric_rows_count_what_was_written_and_the_criteria_that_restate_a_gold
     cov = rubric_coverage(rows)
     assert (cov["queries"], cov["written"], cov["failed"], cov["not_asked"], cov["criteria"]) == (3, 1, 1, 1, 2)
     assert cov["quote_gold_title_share"] == 0.5 and cov["by_weight"]["important"] == 0
+
+
+def test_a_mean_of_probability_judges_judges_as_validity_combine_scores(tiny_qwen, tmp_path, monkeypatch):
+    import json
+    from types import SimpleNamespace
+
+    from arxivqa.judge import MeanJudge, in_process_judge, make_judge, rar_scorer
+
+    rb = QueryRubric(criteria=[Criterion(text="covers sparse attention", weight="essential")])
+    name = f"mean(explicit:{tiny_qwen}, expected:{tiny_qwen})"  # the name validity combine gives
+    judge = make_judge(name)
+    assert isinstance(judge, MeanJudge) and judge.name == name and judge.query_specific and in_process_judge(name)
+    judge.rubrics = {"sparse attention": rb}
+    t, other = traj(), traj(query="a query without a rubric")
+    res = judge.score_batch([t, other])
+    parts = [j.score_batch([t])[0] for j in judge.judges]
+    assert res[0].score == pytest.approx((parts[0].score + parts[1].score) / 2) and not res[0].fallback
+    assert set(res[0].parts) == {"explicit_yes", "holistic"}
+    assert res[1].fallback and "no query-specific rubric" in res[1].error and judge.fallbacks == 1
+    for bad in ("mean(local, expected:m)", f"mean(expected:{tiny_qwen})"):
+        assert not in_process_judge(bad)
+        with pytest.raises(ValueError, match="two or more probability judges"):
+            make_judge(bad)
+
+    # as a RaR run's training judge: a mean with an explicit part is query-specific, its rubrics read first
+    monkeypatch.setenv("ARXIVQA_RESULTS_DIR", str(tmp_path))
+    (tmp_path / "query_rubrics.json").write_text(json.dumps(
+        {"writer": "local", "prompt_sha256": "x", "rubrics": {"sparse attention": rb.model_dump()}}))
+    scorer = rar_scorer(SimpleNamespace(judge_endpoint=name, judge_rubric="query", rewards=None))
+    assert scorer.judge.judges[0].rubrics == {"sparse attention": rb}
+    with pytest.raises(ValueError, match="query-specific"):
+        rar_scorer(SimpleNamespace(judge_endpoint=name, judge_rubric="global", rewards=None))

@@ -168,10 +168,11 @@ def test_the_mean_of_two_measured_judges_is_computed_from_their_scores(tmp_path,
 
     class Fixed:  # scores by position in the order measure asks: every pair's better, worse, then the pool
         def __init__(self, scores):
-            self.scores = scores
+            self.scores, self.at = scores, 0
 
         def score_batch(self, trajs, desc=None):
-            return [JudgeResult(score=s) if s is not None else JudgeResult(score=0.0, fallback=True) for s in self.scores]
+            asked, self.at = self.scores[self.at:self.at + len(trajs)], self.at + len(trajs)
+            return [JudgeResult(score=s) if s is not None else JudgeResult(score=0.0, fallback=True) for s in asked]
 
     # a prefers the better of every pair by 0.2 (one pool item fell back); b prefers the worse by 0.1
     n = len(pairs)
@@ -200,19 +201,28 @@ def test_the_mean_of_two_measured_judges_is_computed_from_their_scores(tmp_path,
     main(["combine", "--set", str(gz), "a", "b", "--name", "ab"])
     report = json.loads((tmp_path / "judge_validity.json").read_text())
     assert report["judges"]["ab"]["pairwise_accuracy"] == 1.0 and report["judges"]["ab"]["of"] == ["a", "b"]
+    # where the parts' seconds were measured is kept with them; the sum has a CPU only when they share one
+    ab = report["judges"]["ab"]
+    assert ab["cpu"] == report["judges"]["a"]["cpu"] and set(ab["parts"]) == {"a", "b"}
+    report["judges"]["b"]["cpu"] = {"model": "another CPU"}
+    (tmp_path / "judge_validity.json").write_text(json.dumps(report))
+    main(["combine", "--set", str(gz), "a", "b", "--name", "ab"])
+    ab = json.loads((tmp_path / "judge_validity.json").read_text())["judges"]["ab"]
+    assert ab["cpu"] is None and ab["parts"]["b"]["cpu"] == {"model": "another CPU"}
     assert set(report["judges"]) == {"a", "b", "ab"}
 
 
-def test_the_measured_probability_judges_are_offered_best_first_and_means_are_not(tmp_path):
+def test_the_measured_judges_a_name_loads_are_offered_best_first(tmp_path):
     from arxivqa.validity import measured_judges
 
     path = tmp_path / "judge_validity.json"
     assert measured_judges(path) == {}
     path.write_text(json.dumps({"judges": {
         "docs:m": {"pairwise_accuracy": 0.6}, "blend:m": {"pairwise_accuracy": 0.83},
-        "mean(docs:m, expected:m)": {"pairwise_accuracy": 0.9, "mean_of": 2},  # scores combined, not a judge to load
+        "mean(docs:m, expected:m)": {"pairwise_accuracy": 0.9, "mean_of": 2},  # a mean of probability judges loads
+        "mean(local, docs:m)": {"pairwise_accuracy": 0.95, "mean_of": 2},  # one with an endpoint does not
         "local": {"pairwise_accuracy": 0.7}, "expected:m": {"pairwise_accuracy": None}}}))
-    assert list(measured_judges(path).items()) == [("blend:m", 0.83), ("docs:m", 0.6)]
+    assert list(measured_judges(path).items()) == [("mean(docs:m, expected:m)", 0.9), ("blend:m", 0.83), ("docs:m", 0.6)]
 
 
 class RecallJudge:

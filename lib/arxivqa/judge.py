@@ -923,6 +923,73 @@ class ProbabilityJudge:
         return settle_fallbacks(self, results)
 
 
+def parse_mean_judge(spec: str) -> list[str] | None:
+    """``mean(<judge>, <judge>, ...)`` — the name ``python -m arxivqa.validity combine`` gives a combination —
+    as its judges' names; None for any other name. Each part must be a probability judge (``<scoring>:<model>``)."""
+    spec = spec.strip()
+    if not (spec.startswith("mean(") and spec.endswith(")")):
+        return None
+    parts = [p.strip() for p in spec[len("mean("):-1].split(",")]
+    bad = [p for p in parts if not p or not parse_probability_judge(p)]
+    if len(parts) < 2 or bad:
+        raise ValueError(f"judge {spec!r}: a mean takes two or more probability judges (<scoring>:<model>), "
+                         f"comma-separated" + (f"; not {', '.join(map(repr, bad))}" if bad else ""))
+    return parts
+
+
+def in_process_judge(spec: str) -> bool:
+    """Whether ``spec`` names a judge loaded in this process (a probability judge or a mean of them), not an
+    endpoint that writes a verdict. A mean with another part (``validity combine`` of endpoint judges) is not."""
+    try:
+        return bool(parse_mean_judge(spec) or parse_probability_judge(spec))
+    except ValueError:
+        return False
+
+
+class MeanJudge:
+    """The plain mean of several probability judges' scores, trajectory by trajectory, each judge loaded in this
+    process: the judge ``validity combine`` measures from kept scores, made to judge (a RaR run's training judge,
+    an evaluation judge). A trajectory falls back where any part does. ``parts`` holds each part's readings
+    (a reading two parts share is suffixed with the part's position)."""
+
+    def __init__(self, names: Sequence[str], sanitise: bool = True) -> None:
+        self.names = list(names)
+        self.name = f"mean({', '.join(self.names)})"
+        self.judges = [make_judge(n, sanitise=sanitise) for n in self.names]
+        self.fallbacks = 0
+        self.judged = 0
+
+    @property
+    def query_specific(self) -> bool:
+        """Whether a part asks each query's own rubric (``explicit``)."""
+        return any(j.scoring == "explicit" for j in self.judges)
+
+    @property
+    def rubrics(self):
+        return next((j.rubrics for j in self.judges if j.scoring == "explicit"), None)
+
+    @rubrics.setter
+    def rubrics(self, value) -> None:
+        for j in self.judges:
+            if j.scoring == "explicit":
+                j.rubrics = value
+
+    def score_batch(self, trajs: Sequence[Trajectory], desc: str | None = None) -> list[JudgeResult]:
+        every = [j.score_batch(trajs, desc) for j in self.judges]
+        results = []
+        for rs in zip(*every):
+            failed = [r for r in rs if r.fallback]
+            if failed:
+                results.append(JudgeResult(score=0.0, fallback=True, error="; ".join(r.error for r in failed)[:300]))
+                continue
+            parts: dict[str, float] = {}
+            for i, r in enumerate(rs):
+                for k, v in r.parts.items():
+                    parts[k if k not in parts else f"{k}_{i}"] = v
+            results.append(JudgeResult(score=sum(r.score for r in rs) / len(rs), parts=parts))
+        return settle_fallbacks(self, results)
+
+
 @contextmanager
 def opened_judges(names: Sequence[str]):
     """``{name: make_judge(name)}`` for ``names``; on leaving, the endpoint judges' clients are closed (a
@@ -940,8 +1007,11 @@ def opened_judges(names: Sequence[str]):
 
 def make_judge(spec: str, sanitise: bool = True):
     """A judge from a name: ``expected:<model>``, ``yesno:<model>``, ``docs[+abstract]:<model>``, ``blend[+abstract]:<model>`` or ``explicit:<model>`` (query rubrics), each with an optional ``+lines``
-    (``ProbabilityJudge``, in this process; ``parse_probability_judge``), or an endpoint of ``configs/endpoints.toml`` (``Judge`` over the LLM layer; ``local``
+    (``ProbabilityJudge``, in this process; ``parse_probability_judge``), ``mean(<judge>, <judge>, ...)`` of
+    such judges (``MeanJudge``), or an endpoint of ``configs/endpoints.toml`` (``Judge`` over the LLM layer; ``local``
     starts the offline server)."""
+    if parts := parse_mean_judge(spec):
+        return MeanJudge(parts, sanitise=sanitise)
     parsed = parse_probability_judge(spec)
     if parsed:
         scoring, paper_text, model, layout = parsed
@@ -1034,16 +1104,22 @@ def rar_scorer(cfg) -> RaRScorer:
     """The RaR scorer of a training config (``judge_endpoint``, ``judge_rubric``, ``rewards``); starts the
     local judge server when the endpoint is local (stopped at exit); a remote one is checked once
     (``llm.EndpointUnreachable`` before training starts, naming the URL and the setting). A probability
-    judge's name (``blend:<model>``, ``docs:<model>``, ...) loads it in the training process instead."""
+    judge's name (``blend:<model>``, ``docs:<model>``, ...) or a mean of them (``mean(<judge>, <judge>)``) loads
+    them in the training process instead."""
     from .llm import open_llm
 
-    if parsed := parse_probability_judge(cfg.judge_endpoint or ""):  # a probability judge in the training process
-        query = parsed[0] == "explicit"  # explicit:<model> asks each query's own rubric, the others the seed's
+    name = cfg.judge_endpoint or ""
+    mean = parse_mean_judge(name)
+    if mean or parse_probability_judge(name):  # probability judges (or their mean) in the training process
+        # explicit:<model> asks each query's own rubric, the others the seed's; a mean with an explicit part reads
+        # the query rubrics, so it is a query-specific judge (its other parts still ask the seed's rubric)
+        query = any(parse_probability_judge(p)[0] == "explicit" for p in (mean or [name]))
         if (cfg.judge_rubric == "query") != query:
             asks = "query-specific rubrics" if query else "the seed's global rubric"
             raise ValueError(f"judge {cfg.judge_endpoint!r} asks {asks}"
-                             f", not judge_rubric={cfg.judge_rubric!r}: query-specific rubrics take explicit:<model> "
-                             f"(rubrics from python -m arxivqa.judge rubrics) or an endpoint that writes a verdict")
+                             f", not judge_rubric={cfg.judge_rubric!r}: query-specific rubrics take explicit:<model> or a "
+                             f"mean(...) with an explicit part (rubrics from python -m arxivqa.judge rubrics) or an "
+                             f"endpoint that writes a verdict")
         judge = make_judge(cfg.judge_endpoint)
         if query:
             judge.rubrics = load_rubrics()  # before the first step: a missing file stops the run, not its first reward

@@ -127,7 +127,7 @@ class TrainConfig(BaseModel):
     tool_max_snippets: int = 0
     # reward settings
     rewards: RewardConfig = Field(default_factory=RewardConfig)
-    judge_endpoint: str | None = None  # rar: an endpoint of configs/endpoints.toml (default: local), or a probability judge (blend:<model>)
+    judge_endpoint: str | None = None  # rar: an endpoint of configs/endpoints.toml (default: local), a probability judge (blend:<model>) or a mean of them
     judge_rubric: Literal["global", "query"] = "global"
     # run
     seed: int = 0
@@ -881,7 +881,7 @@ def run_folder(cfg: TrainConfig) -> Path:
     """Where a new run of ``cfg`` is trained: a readable name under ``runs_dir`` (the registry finds
     runs by their config, not by this name)."""
     if cfg.reward == "rar":
-        judge = re.sub(r"[^A-Za-z0-9._-]+", "-", cfg.judge_endpoint or "local")  # blend:<model> -> blend-<model>
+        judge = re.sub(r"[^A-Za-z0-9._-]+", "-", cfg.judge_endpoint or "local").strip("-")  # blend:<model> -> blend-<model>
         name = f"rar-{cfg.preset}-{judge}-{cfg.judge_rubric}-{cfg.max_steps}steps-seed{cfg.seed}"
     else:
         name = f"rlvr-{cfg.preset}-{cfg.curriculum}-{cfg.max_steps}steps-seed{cfg.seed}"

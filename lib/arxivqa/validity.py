@@ -175,7 +175,10 @@ def measure(judge, pairs: Sequence[ValidityPair], pool: Sequence[Trajectory], pr
     bar = tqdm(total=len(items), initial=len(done), desc=f"validity ({key['judge']})", unit="judgment")
     while len(done) < len(items):
         t0 = time.perf_counter()
-        results = judge.score_batch(items[len(done):len(done) + chunk])
+        batch = items[len(done):len(done) + chunk]
+        results = judge.score_batch(batch)
+        if len(results) != len(batch):
+            raise ValueError(f"judge {key['judge']} gave {len(results)} results for {len(batch)} trajectories")
         seconds += time.perf_counter() - t0
         done += [None if r.fallback else r.score for r in results]
         bar.update(len(results))
@@ -346,7 +349,13 @@ def main(argv: list[str] | None = None) -> None:
         if missing:
             raise SystemExit(f"not measured judges in {path}: {', '.join(missing)} (measured: {', '.join(report['judges'])})")
         name = a.name or f"mean({', '.join(a.judges)})"
-        report["judges"][name] = combine(pairs, pool, [report["judges"][n] for n in a.judges]) | {"of": list(a.judges)}
+        parts = [report["judges"][n] for n in a.judges]
+        # the seconds are a sum of the parts': where they were measured on different CPUs, that sum is no one
+        # machine's figure — each part's seconds and CPU are kept beside it (older entries recorded no CPU: None)
+        cpus = [m.get("cpu") for m in parts]
+        report["judges"][name] = combine(pairs, pool, parts) | {
+            "of": list(a.judges), "cpu": cpus[0] if all(c == cpus[0] for c in cpus) else None,
+            "parts": {n: {"seconds_per_judgment": m["seconds_per_judgment"], "cpu": m.get("cpu")} for n, m in zip(a.judges, parts)}}
         atomic_write_text(path, json.dumps(report, indent=1) + "\n")
         print(name, json.dumps({k: v for k, v in report["judges"][name].items() if k != "scores"}))
         return
@@ -374,18 +383,18 @@ def _cpu() -> dict:
 
 
 def measured_judges(path: Path | None = None) -> dict[str, float]:
-    """The probability judges (``<scoring>[+...]:<model>``, the ones a name alone loads) measured in
-    ``judge_validity.json`` (default: under the results folder), each with its pairwise accuracy, best
-    first; {} when nothing was measured. Means of judges (``validity combine``) are not judges to load."""
+    """The judges a name alone loads (``<scoring>[+...]:<model>``, and means of them as ``validity combine``
+    names them: ``judge.MeanJudge``) measured in ``judge_validity.json`` (default: under the results folder),
+    each with its pairwise accuracy, best first; {} when nothing was measured."""
     from .config import results_dir
-    from .judge import parse_probability_judge
+    from .judge import in_process_judge
 
     path = path or results_dir() / "judge_validity.json"
     if not path.exists():
         return {}
     judges = json.loads(path.read_text()).get("judges") or {}
     found = {n: m["pairwise_accuracy"] for n, m in judges.items()
-             if m.get("pairwise_accuracy") is not None and parse_probability_judge(n)}
+             if m.get("pairwise_accuracy") is not None and in_process_judge(n)}
     return dict(sorted(found.items(), key=lambda kv: -kv[1]))
 
 
