@@ -156,7 +156,7 @@ def measure(judge, pairs: Sequence[ValidityPair], pool: Sequence[Trajectory], pr
     The trajectories are judged ``chunk`` at a time, with a progress bar. With ``progress`` (a file), the
     scores so far and the seconds they took are written there atomically after each chunk, and a measurement
     of the same judge (``name``) on the same trajectories that was interrupted goes on from where it stopped
-    (a file of another judge or set is started afresh); the file is removed when the measurement is done."""
+    (a file of another judge or set is started afresh); the caller removes it once the result is kept."""
     from tqdm.auto import tqdm
 
     from .files import atomic_write_json
@@ -187,10 +187,7 @@ def measure(judge, pairs: Sequence[ValidityPair], pool: Sequence[Trajectory], pr
     bar.close()
     pr, po = done[:len(flat)], done[len(flat):]
     scores = {"pairs": [pr[i:i + 2] for i in range(0, len(pr), 2)], "pool": po}
-    out = summarise(pairs, pool, scores, seconds / max(1, len(items)))
-    if progress is not None:
-        Path(progress).unlink(missing_ok=True)
-    return out
+    return summarise(pairs, pool, scores, seconds / max(1, len(items)))
 
 
 def summarise(pairs: Sequence[ValidityPair], pool: Sequence[Trajectory], scores: dict, seconds_per_judgment: float) -> dict:
@@ -304,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
                        "from its progress file under data/validity/ when run again)")
     m.add_argument("--set", default=None, help="default: results/judge_validity_set.json.gz")
     m.add_argument("--judges", nargs="+", default=["local"],
-                   help="judge names: an endpoint (local, ...), expected:<model>, yesno:<model>, docs[+abstract]:<model>, blend[+abstract]:<model> or explicit:<model> (the query rubrics of python -m arxivqa.judge rubrics), each with an optional +lines (the lines layout; judge.make_judge)")
+                   help="judge names: an endpoint (local, ...), expected:<model>, yesno:<model>, docs[+abstract]:<model>, blend[+abstract]:<model> or explicit:<model> (the query rubrics of python -m arxivqa.judge rubrics), each with an optional +lines (the lines layout), or a mean of such judges, \"mean(<judge>, <judge>)\" (judge.make_judge)")
     c = sub.add_parser("combine", help="a judge that is the mean of measured judges' scores, without judging again")
     c.add_argument("judges", nargs="+", help="judges already in results/judge_validity.json (on the same set)")
     c.add_argument("--name", default=None, help="default: mean(<judge>, <judge>, ...)")
@@ -370,6 +367,7 @@ def main(argv: list[str] | None = None) -> None:
         report["set"] = {"pairs": len(pairs), "pool": len(pool), "kinds": {k: sum(p.kind == k for p in pairs) for k in KINDS},
                          "sha256": fingerprint, "sources": data.get("sources"), "seed": data.get("seed")}
         atomic_write_text(path, json.dumps(report, indent=1) + "\n")
+        progress.unlink(missing_ok=True)  # its scores are in the report now
         print(name, json.dumps(report["judges"][name]))
 
 
