@@ -241,8 +241,11 @@ def _(config, mo, pd, save):
 def _(Judge, mo, open_llm, pd, rar, rar_info, rlvr, s, save_table):
     # The same rollouts judged with the global rubric and with query-specific rubrics (RaR-Explicit), by the
     # RaR run's own training judge — or, when that is a probability judge or a mean of them (it reads score-token
-    # probabilities and cannot write a rubric), by the generating judge of the settings (ARXIVQA_JUDGE).
+    # probabilities and cannot write a rubric), by the generating judge of the settings (ARXIVQA_JUDGE). The
+    # query-specific side reads the committed, grounded rubrics (results/query_rubrics.json) where a query has one.
     from arxivqa.judge import in_process_judge as _in_process
+    from arxivqa.judge import load_rubrics as _load_rubrics
+    from arxivqa.judge import rubrics_path as _committed_path
 
     def _last(run, regime):
         last = max(x for x, _ in run["trajectories"])
@@ -255,9 +258,12 @@ def _(Judge, mo, open_llm, pd, rar, rar_info, rlvr, s, save_table):
     with mo.status.spinner(title=f"judging the last step's rollouts with both rubrics ({_judge_name})"):
         with open_llm(_judge_name) as _llm:
             _glob = Judge(_llm, rubric="global").score_batch(_trajs)
-            _expl_judge = Judge(_llm, rubric="query")
+            _committed = _load_rubrics() if _committed_path().exists() else {}
+            _expl_judge = Judge(_llm, rubric="query", rubrics=_committed)
             _expl = _expl_judge.score_batch(_trajs)
             _rubrics = {t.query: _expl_judge.query_rubric(t.query) for t in _trajs}
+    _queries = {t.query for t in _trajs}
+    _from_file = sum(q in _committed for q in _queries)
     rubric_cmp = pd.DataFrame([{"regime": regime, "qid": t.qid, "global": g.score, "query_specific": e.score,
                                 "global_fallback": g.fallback, "query_fallback": e.fallback,
                                 "tool_calls": len(t.tool_results)}
@@ -270,10 +276,12 @@ def _(Judge, mo, open_llm, pd, rar, rar_info, rlvr, s, save_table):
               + (f"The run's training judge `{_run_judge}` is a probability judge (or a mean of them), which writes no rubric: both "
                  f"rubrics are asked of the settings' judge `{_judge_name}` instead. " if _judge_name != _run_judge else "")
               + f"Pearson r = {_corr:.2f}. "
-              "Query-specific rubrics are written once per query by the LLM (cached) and scored as Σ w·c / Σ w."),
+              f"Of the {len(_queries)} queries, {_from_file} have a committed rubric (`{_committed_path().name}`, grounded "
+              f"in the query's reference answer); {len(_queries) - _from_file} got one written now by `{_judge_name}` "
+              "from the query alone. Each is scored as Σ w·c / Σ w over the criteria the judge says are met."),
         mo.ui.table(rubric_cmp, selection=None),
-        mo.md("An LLM-written rubric:\n\n" + ("\n".join(f"- [{cr.weight}] {cr.text}" for cr in _example.criteria)
-                                             if _example else "_none could be written_")),
+        mo.md("A rubric it used:\n\n" + ("\n".join(f"- [{cr.weight}] {cr.text}" for cr in _example.criteria)
+                                         if _example else "_none could be written_")),
     ])
     return
 

@@ -250,6 +250,27 @@ def test_query_specific_rubrics_score_the_weighted_share_met(scripted_endpoint):
     assert len(writes) == 1  # one rubric per query, reused
 
 
+def test_a_query_judge_reads_rubrics_written_beforehand_and_writes_only_the_missing_ones(scripted_endpoint):
+    given = QueryRubric(criteria=[Criterion(text="finds the grounded paper", weight="essential"),
+                                  Criterion(text="uses both search tools", weight="optional")])
+    written = QueryRubric(criteria=[Criterion(text="covers graph neural networks", weight="essential")])
+
+    def reply(body):
+        if "Write a short grading rubric" in body["messages"][-1]["content"]:
+            return written.model_dump_json()
+        n = len(re.findall(r"^\d+\. \[", body["messages"][0]["content"], flags=re.M))
+        return json.dumps({"met": [True] + [False] * (n - 1)})
+
+    srv = scripted_endpoint(reply)
+    judge = Judge(LLM(Endpoint(name="j", model="m", base_url=srv.base_url, transport_retries=0)), rubric="query",
+                  rubrics={"sparse attention": given})
+    res = judge.score_batch([traj(), traj(query="graph neural networks for molecules")])
+    assert judge.query_rubric("sparse attention") is given and judge.written == 1
+    assert res[0].score == pytest.approx(1.0 / 1.3) and res[1].score == 1.0
+    writes = [r for r in srv.requests if "Write a short grading rubric" in r["body"]["messages"][-1]["content"]]
+    assert len(writes) == 1 and "graph neural networks" in writes[0]["body"]["messages"][-1]["content"]
+
+
 def test_an_injection_that_sways_a_real_judge_does_not_reach_it_through_the_defence():
     """The packaged Qwen2.5-Coder-0.5B as a probability judge (expected holistic score, one forward pass): a
     fake system turn with a perfect verdict raises its score when it reaches the judge, and shifts it by no

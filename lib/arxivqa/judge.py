@@ -414,20 +414,30 @@ def settle_fallbacks(judge, results: list[JudgeResult]) -> list[JudgeResult]:
 
 @dataclass
 class Judge:
-    """Scores trajectories with one LLM endpoint; ``rubric='global'`` or ``'query'`` (query-specific)."""
+    """Scores trajectories with one LLM endpoint; ``rubric='global'`` or ``'query'`` (query-specific).
+
+    With ``rubric='query'``, ``rubrics`` are rubrics written beforehand (``load_rubrics()``: the committed file,
+    each grounded in the query's reference answer); a query without one gets a rubric this judge writes from
+    the query alone (``written`` counts them)."""
 
     llm: LLM
     rubric: Literal["global", "query"] = "global"
     max_tokens: int = 256
     sanitise: bool = True  # False only to measure the defence (``injection_shift``)
+    rubrics: dict[str, QueryRubric] | None = None
     fallbacks: int = 0
     judged: int = 0
+    written: int = 0
     _rubrics: dict[str, QueryRubric | None] = field(default_factory=dict)
 
     def query_rubric(self, query: str, reference: str | None = None) -> QueryRubric | None:
-        """The LLM-written rubric of a query (cached in memory and by the LLM layer), grounded in ``reference``
-        when given (``rubric_messages``); None if it failed."""
+        """The query's rubric: the one given in ``rubrics`` if any, else written by this judge's LLM (cached in
+        memory and by the LLM layer), grounded in ``reference`` when given (``rubric_messages``); None if it
+        failed."""
+        if self.rubrics and query in self.rubrics:
+            return self.rubrics[query]
         if query not in self._rubrics:
+            self.written += 1
             msgs = rubric_messages(query, reference)
             try:
                 self._rubrics[query] = self.llm.structured(msgs, QueryRubric, max_tokens=max(320, self.llm.endpoint.max_tokens))
@@ -1125,7 +1135,12 @@ def rar_scorer(cfg) -> RaRScorer:
             judge.rubrics = load_rubrics()  # before the first step: a missing file stops the run, not its first reward
         return RaRScorer(judge, cfg.rewards)
     llm = open_llm(cfg.judge_endpoint, chosen_by="the training config's judge_endpoint (--set judge_endpoint=...)")
-    return RaRScorer(Judge(llm, rubric=cfg.judge_rubric), cfg.rewards)
+    rubrics = None
+    if cfg.judge_rubric == "query":  # the committed, grounded rubrics where they exist; the rest written from the query
+        rubrics = load_rubrics() if rubrics_path().exists() else {}
+        print(f"query-specific rubrics: {len(rubrics)} read from {rubrics_path()}; a query without one gets a rubric "
+              f"the judge writes from the query alone")
+    return RaRScorer(Judge(llm, rubric=cfg.judge_rubric, rubrics=rubrics), cfg.rewards)
 
 
 def main(argv: list[str] | None = None) -> None:
