@@ -258,7 +258,7 @@ def _(Judge, mo, open_llm, pd, rar, rar_info, rlvr, s, save_table):
     with mo.status.spinner(title=f"judging the last step's rollouts with both rubrics ({_judge_name})"):
         with open_llm(_judge_name) as _llm:
             _glob = Judge(_llm, rubric="global").score_batch(_trajs)
-            _committed = _load_rubrics() if _committed_path().exists() else {}
+            _committed = _load_rubrics(missing_ok=True)
             _expl_judge = Judge(_llm, rubric="query", rubrics=_committed)
             _expl = _expl_judge.score_batch(_trajs)
             _rubrics = {t.query: _expl_judge.query_rubric(t.query) for t in _trajs}

@@ -427,8 +427,12 @@ class Judge:
     rubrics: dict[str, QueryRubric] | None = None
     fallbacks: int = 0
     judged: int = 0
-    written: int = 0
-    _rubrics: dict[str, QueryRubric | None] = field(default_factory=dict)
+    _rubrics: dict[str, QueryRubric | None] = field(default_factory=dict)  # the ones this judge wrote (None: failed)
+
+    @property
+    def written(self) -> int:
+        """How many queries' rubrics this judge asked its LLM to write."""
+        return len(self._rubrics)
 
     def query_rubric(self, query: str, reference: str | None = None) -> QueryRubric | None:
         """The query's rubric: the one given in ``rubrics`` if any, else written by this judge's LLM (cached in
@@ -437,7 +441,6 @@ class Judge:
         if self.rubrics and query in self.rubrics:
             return self.rubrics[query]
         if query not in self._rubrics:
-            self.written += 1
             msgs = rubric_messages(query, reference)
             try:
                 self._rubrics[query] = self.llm.structured(msgs, QueryRubric, max_tokens=max(320, self.llm.endpoint.max_tokens))
@@ -504,9 +507,11 @@ def rubrics_path() -> Path:
     return results_dir() / "query_rubrics.json"
 
 
-def load_rubrics(path: str | Path | None = None) -> dict[str, QueryRubric]:
+def load_rubrics(path: str | Path | None = None, missing_ok: bool = False) -> dict[str, QueryRubric]:
     """``{query: rubric}`` from a rubric file (``write_rubrics``); queries whose rubric could not be written are
-    left out."""
+    left out. No file is an error (``read_rubric_file``), or ``{}`` with ``missing_ok``."""
+    if missing_ok and not Path(path or rubrics_path()).exists():
+        return {}
     data = read_rubric_file(path)
     return {q: QueryRubric.model_validate(r) for q, r in data["rubrics"].items() if r is not None}
 
@@ -1137,7 +1142,7 @@ def rar_scorer(cfg) -> RaRScorer:
     llm = open_llm(cfg.judge_endpoint, chosen_by="the training config's judge_endpoint (--set judge_endpoint=...)")
     rubrics = None
     if cfg.judge_rubric == "query":  # the committed, grounded rubrics where they exist; the rest written from the query
-        rubrics = load_rubrics() if rubrics_path().exists() else {}
+        rubrics = load_rubrics(missing_ok=True)
         print(f"query-specific rubrics: {len(rubrics)} read from {rubrics_path()}; a query without one gets a rubric "
               f"the judge writes from the query alone")
     return RaRScorer(Judge(llm, rubric=cfg.judge_rubric, rubrics=rubrics), cfg.rewards)
